@@ -1,0 +1,113 @@
+"""Exception hierarchy of promptweave.
+
+Every error promptweave raises derives from :class:`PromptRenderError` and from the family the
+spec recommends (``TemplateError`` is a ``ValueError``, ``PromptTypeError`` a ``TypeError``, ...).
+
+Compatibility rule: where the reference (OpenCompass) raises a *different* builtin exception at
+the same place -- ``AssertionError`` for a bad template type, ``KeyError`` for an unknown role,
+``IndexError`` for an unbalanced section marker -- the raised class additionally derives from that
+builtin, so ``except AssertionError`` / ``except KeyError`` written against the reference keeps
+working. :func:`make_error` builds (and caches) those combined classes; they keep the family's
+name, so tracebacks read ``PromptTypeError: template must be a str or a dict, got list``.
+
+In the AISBench flavour the reference's error code (``ICLR-TYPE-001``, ...) is stored in
+``.error_code`` and prefixed to the message as ``[ICLR-TYPE-001]``, as AISBench does.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+__all__ = [
+    "IceTokenError",
+    "LabelError",
+    "MetaTemplateError",
+    "MultimodalContentError",
+    "PromptRenderError",
+    "PromptTypeError",
+    "RetrieverError",
+    "TemplateError",
+    "TemplateStructureError",
+    "UnknownRoleError",
+    "make_error",
+]
+
+
+class PromptRenderError(Exception):
+    """Base class of every error raised by promptweave.
+
+    Attributes:
+        path: where the fault is, e.g. ``"template['round'][1]"`` or ``"prompt[7]"`` (or ``None``).
+        error_code: the AISBench error code in the AISBench flavour (or ``None``).
+    """
+
+    path: str | None = None
+    error_code: str | None = None
+
+    def __str__(self) -> str:
+        # KeyError's str() is the repr of its argument; keep our messages readable instead.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class TemplateError(PromptRenderError, ValueError):
+    """A prompt template is malformed."""
+
+
+class IceTokenError(TemplateError, LookupError):
+    """The ``ice_token`` is missing from a template that must contain it."""
+
+
+class LabelError(TemplateError, KeyError):
+    """A label is not one of the label-dict template's labels."""
+
+
+class PromptTypeError(PromptRenderError, TypeError):
+    """An item, value or argument has a type the operation cannot use."""
+
+
+class MetaTemplateError(PromptRenderError, ValueError):
+    """A model meta template is malformed."""
+
+
+class UnknownRoleError(PromptRenderError, KeyError):
+    """A dialogue item names a role that the meta template does not define."""
+
+
+class TemplateStructureError(PromptRenderError, ValueError):
+    """Section markers are unbalanced, mismatched or unknown."""
+
+
+class RetrieverError(PromptRenderError, ValueError):
+    """A retriever was configured or used incorrectly."""
+
+
+class MultimodalContentError(PromptRenderError, ValueError):
+    """A multimodal prompt part is malformed."""
+
+
+@cache
+def _combined(family: type[PromptRenderError], compat: type[BaseException]) -> type:
+    if issubclass(family, compat):
+        return family
+    # Same name as the family: the compat base is an implementation detail.
+    return type(family.__name__, (family, compat), {"__module__": __name__})
+
+
+def make_error(
+    family: type[PromptRenderError],
+    message: str,
+    *,
+    compat: type[BaseException] | None = None,
+    path: str | None = None,
+    code: str | None = None,
+) -> PromptRenderError:
+    """Build an exception of ``family`` that is also an instance of ``compat``.
+
+    ``code`` (the AISBench error code) is prefixed to the message as ``[CODE]``.
+    """
+    cls = _combined(family, compat) if compat is not None else family
+    text = f"[{code}] {message}" if code else message
+    err: PromptRenderError = cls(text)
+    err.path = path
+    err.error_code = code
+    return err

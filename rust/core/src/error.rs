@@ -1,0 +1,150 @@
+//! The one error type of the core. Messages are stable API.
+
+use std::fmt;
+
+/// Result alias of the core.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong while compiling or rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A dialogue template has no `round`.
+    MissingRound,
+    /// A label index beyond the label-dict template's labels.
+    LabelOutOfRange {
+        /// the requested label index
+        index: usize,
+        /// number of labels
+        count: usize,
+    },
+    /// A label-dict value that is neither a string nor a dialogue.
+    InvalidLabelBody {
+        /// the label index
+        index: usize,
+    },
+    /// An item list was spliced into a string template.
+    ListIntoString,
+    /// An item list was spliced into a role item's prompt.
+    ListIntoRolePrompt {
+        /// the item index
+        item: usize,
+        /// the token found in the prompt
+        token: String,
+    },
+    /// `str.split('')` is an error in Python: an empty token cannot be replaced by an item list.
+    EmptySeparator,
+    /// A section marker opened with an unknown section name.
+    UnknownSection {
+        /// the item index
+        item: usize,
+    },
+    /// A section end marker without a matching begin marker.
+    UnbalancedEnd {
+        /// the item index
+        item: usize,
+    },
+    /// A section end marker that closes a different section.
+    MismatchedSection {
+        /// the item index
+        item: usize,
+        /// the section that is open
+        open: &'static str,
+        /// the section the marker closes
+        closing: &'static str,
+    },
+    /// A role item outside of any section.
+    OutsideSection {
+        /// the item index
+        item: usize,
+    },
+    /// A role item without a `role`.
+    MissingRole {
+        /// the item index
+        item: usize,
+    },
+    /// A role that the meta template does not define (and no usable fallback role).
+    UnknownRole {
+        /// the item index
+        item: usize,
+        /// the role name (or the fallback role name that was tried)
+        role: String,
+    },
+    /// A meta template round with the same role twice.
+    DuplicateRole {
+        /// the role name
+        role: String,
+    },
+    /// A string entry in the meta round used by the API walk.
+    StrInApiRound,
+    /// A meta role used by the API walk without `api_role`.
+    MissingApiRole {
+        /// the role name
+        role: String,
+    },
+    /// The API walk met a `generate` role outside the last round in gen mode.
+    GenerateOutsideRound {
+        /// the item index
+        item: usize,
+    },
+    /// AISBench: a rendered role has neither `prompt` nor `prompt_mm`.
+    MissingPrompt {
+        /// the role name
+        role: String,
+    },
+    /// The API walk produced no message.
+    EmptyResult,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MissingRound => f.write_str("dialogue template has no 'round'"),
+            Self::LabelOutOfRange { index, count } => {
+                write!(f, "label index {index} out of range ({count} labels)")
+            }
+            Self::InvalidLabelBody { index } => {
+                write!(f, "label #{index} of the template is neither a str nor a dict")
+            }
+            Self::ListIntoString => f.write_str("a string template needs a string ICE"),
+            Self::ListIntoRolePrompt { item, token } => write!(
+                f,
+                "found keyword {token} in the prompt of item #{item}: cannot replace it with a \
+                 prompt list"
+            ),
+            Self::EmptySeparator => f.write_str("empty token cannot be replaced by a prompt list"),
+            Self::UnknownSection { item } => write!(f, "item #{item}: unknown section"),
+            Self::UnbalancedEnd { item } => {
+                write!(f, "item #{item}: section end marker without an open section")
+            }
+            Self::MismatchedSection { item, open, closing } => write!(
+                f,
+                "item #{item}: end marker of section '{closing}' while section '{open}' is open"
+            ),
+            Self::OutsideSection { item } => {
+                write!(f, "item #{item}: role item outside of any section")
+            }
+            Self::MissingRole { item } => write!(f, "item #{item} has no 'role'"),
+            Self::UnknownRole { item, role } => {
+                write!(f, "item #{item}: role '{role}' is not in the meta template")
+            }
+            Self::DuplicateRole { role } => {
+                write!(f, "role '{role}' appears twice in the meta template")
+            }
+            Self::StrInApiRound => {
+                f.write_str("Mixing str without explicit role is not allowed in API models!")
+            }
+            Self::MissingApiRole { role } => write!(f, "meta role '{role}' has no 'api_role'"),
+            Self::GenerateOutsideRound { item } => write!(
+                f,
+                "item #{item}: a generate role outside the dialogue rounds in gen mode"
+            ),
+            Self::MissingPrompt { role } => write!(
+                f,
+                "role '{role}' has no 'prompt' or 'prompt_mm' (invalid prompt content)"
+            ),
+            Self::EmptyResult => f.write_str("the prompt rendered to no message"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
