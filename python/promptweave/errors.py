@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 
 __all__ = [
+    "ArgumentError",
     "IceTokenError",
     "LabelError",
     "MetaTemplateError",
@@ -75,6 +76,10 @@ class UnknownRoleError(PromptRenderError, KeyError):
 
 class TemplateStructureError(PromptRenderError, ValueError):
     """Section markers are unbalanced, mismatched or unknown."""
+
+
+class ArgumentError(PromptRenderError, ValueError):
+    """An argument has a value the operation does not accept (e.g. ``mode``)."""
 
 
 class RetrieverError(PromptRenderError, ValueError):

@@ -98,21 +98,34 @@ impl MetaTemplate {
         }
         let messages = merge_same_roles(msgs)?;
         let begin = self.begin.clone().filter(|b| !b.is_empty());
-        Ok(ApiOutput { begin, messages, ignored_texts })
+        Ok(ApiOutput {
+            begin,
+            messages,
+            ignored_texts,
+        })
     }
 
     fn message(&self, idx: usize, m: Merged<'_>, flavor: Flavor) -> Result<ApiMessage> {
         let name = &self.roles[idx].name;
-        let role = m.api_role.ok_or_else(|| Error::MissingApiRole { role: name.clone() })?;
+        let role = m
+            .api_role
+            .ok_or_else(|| Error::MissingApiRole { role: name.clone() })?;
         if flavor == Flavor::AisBench && m.prompt.is_none() {
             return Err(Error::MissingPrompt { role: name.clone() });
         }
-        let (b, p, e) = (m.begin.unwrap_or(""), m.prompt.unwrap_or(""), m.end.unwrap_or(""));
+        let (b, p, e) = (
+            m.begin.unwrap_or(""),
+            m.prompt.unwrap_or(""),
+            m.end.unwrap_or(""),
+        );
         let mut prompt = String::with_capacity(b.len() + p.len() + e.len());
         prompt.push_str(b);
         prompt.push_str(p);
         prompt.push_str(e);
-        Ok(ApiMessage { role: role.to_owned(), prompt })
+        Ok(ApiMessage {
+            role: role.to_owned(),
+            prompt,
+        })
     }
 
     /// One round in meta order; `false` when generation stopped.
@@ -189,10 +202,18 @@ mod tests {
             Item::Role(RoleItem::new("HUMAN", Some("b"))),
             Item::Role(RoleItem::new("BOT", Some(""))),
         ]);
-        let out = api_hb().render_api(&items, Mode::Gen, Flavor::OpenCompass).unwrap();
-        let got: Vec<_> = out.messages.iter().map(|m| (m.role.as_str(), m.prompt.as_str())).collect();
+        let out = api_hb()
+            .render_api(&items, Mode::Gen, Flavor::OpenCompass)
+            .unwrap();
+        let got: Vec<_> = out
+            .messages
+            .iter()
+            .map(|m| (m.role.as_str(), m.prompt.as_str()))
+            .collect();
         assert_eq!(got, vec![("HUMAN", "a"), ("BOT", ""), ("HUMAN", "b")]);
-        let err = api_hb().render_api(&items, Mode::Gen, Flavor::AisBench).unwrap_err();
+        let err = api_hb()
+            .render_api(&items, Mode::Gen, Flavor::AisBench)
+            .unwrap_err();
         assert_eq!(err, Error::MissingPrompt { role: "BOT".into() });
     }
 
@@ -200,8 +221,13 @@ mod tests {
     fn api_nothing_rendered_is_error() {
         let items = round(vec![Item::Role(RoleItem::new("BOT", Some("")))]);
         // the first round stops at BOT in gen mode, after HUMAN: one message
-        let out = api_hb().render_api(&items, Mode::Gen, Flavor::OpenCompass).unwrap();
+        let out = api_hb()
+            .render_api(&items, Mode::Gen, Flavor::OpenCompass)
+            .unwrap();
         assert_eq!(out.messages.len(), 1);
-        assert_eq!(api_hb().render_api(&[], Mode::Gen, Flavor::OpenCompass), Err(Error::EmptyResult));
+        assert_eq!(
+            api_hb().render_api(&[], Mode::Gen, Flavor::OpenCompass),
+            Err(Error::EmptyResult)
+        );
     }
 }

@@ -103,7 +103,10 @@ impl fmt::Display for Error {
                 write!(f, "label index {index} out of range ({count} labels)")
             }
             Self::InvalidLabelBody { index } => {
-                write!(f, "label #{index} of the template is neither a str nor a dict")
+                write!(
+                    f,
+                    "label #{index} of the template is neither a str nor a dict"
+                )
             }
             Self::ListIntoString => f.write_str("a string template needs a string ICE"),
             Self::ListIntoRolePrompt { item, token } => write!(
@@ -114,9 +117,16 @@ impl fmt::Display for Error {
             Self::EmptySeparator => f.write_str("empty token cannot be replaced by a prompt list"),
             Self::UnknownSection { item } => write!(f, "item #{item}: unknown section"),
             Self::UnbalancedEnd { item } => {
-                write!(f, "item #{item}: section end marker without an open section")
+                write!(
+                    f,
+                    "item #{item}: section end marker without an open section"
+                )
             }
-            Self::MismatchedSection { item, open, closing } => write!(
+            Self::MismatchedSection {
+                item,
+                open,
+                closing,
+            } => write!(
                 f,
                 "item #{item}: end marker of section '{closing}' while section '{open}' is open"
             ),

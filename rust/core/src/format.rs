@@ -27,7 +27,11 @@ fn has_brace(s: &str) -> bool {
 impl<'a> Entries<'a> {
     /// Empty entries with room for `n` pairs.
     pub fn with_capacity(n: usize) -> Self {
-        Self { pairs: Vec::with_capacity(n), value_brace: Vec::with_capacity(n), key_brace: false }
+        Self {
+            pairs: Vec::with_capacity(n),
+            value_brace: Vec::with_capacity(n),
+            key_brace: false,
+        }
     }
 
     /// Append a pair (keys of a Python `**kwargs` mapping are unique; the first one wins here).
@@ -228,8 +232,14 @@ mod tests {
 
     #[test]
     fn safe_format_value_with_later_key_chains() {
-        assert_eq!(safe_format("{a}{b}", &row(&[("a", "{b}"), ("b", "B")])), "BB");
-        assert_eq!(safe_format("{a}{b}", &row(&[("b", "B"), ("a", "{b}")])), "{b}B");
+        assert_eq!(
+            safe_format("{a}{b}", &row(&[("a", "{b}"), ("b", "B")])),
+            "BB"
+        );
+        assert_eq!(
+            safe_format("{a}{b}", &row(&[("b", "B"), ("a", "{b}")])),
+            "{b}B"
+        );
     }
 
     #[test]

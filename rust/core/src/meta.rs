@@ -32,7 +32,10 @@ pub struct RoleSpec {
 impl RoleSpec {
     /// A role with only a name.
     pub fn new(name: &str) -> Self {
-        Self { name: name.to_owned(), ..Self::default() }
+        Self {
+            name: name.to_owned(),
+            ..Self::default()
+        }
     }
     /// Set `begin`.
     #[must_use]
@@ -166,7 +169,12 @@ impl MetaTemplate {
             }
             roles.push(r);
         }
-        Ok(Self { roles, round: slots, begin, end })
+        Ok(Self {
+            roles,
+            round: slots,
+            begin,
+            end,
+        })
     }
 
     pub(crate) fn role_index(&self, name: &str) -> Option<usize> {
@@ -175,9 +183,9 @@ impl MetaTemplate {
 
     /// Position of a round role in the meta `round` list (text entries count).
     pub(crate) fn round_position(&self, name: &str) -> Option<usize> {
-        self.round.iter().position(
-            |s| matches!(s, RoundSlot::Role(i) if self.roles[*i].name == name),
-        )
+        self.round
+            .iter()
+            .position(|s| matches!(s, RoundSlot::Role(i) if self.roles[*i].name == name))
     }
 
     /// The role-dict entry a dialogue item updates: its role if known (round or reserved), else
@@ -188,17 +196,26 @@ impl MetaTemplate {
             return Ok(i);
         }
         match item.spec.fallback_role.as_deref() {
-            Some(fb) if !fb.is_empty() => self
-                .role_index(fb)
-                .ok_or_else(|| Error::UnknownRole { item: index, role: fb.to_owned() }),
-            _ => Err(Error::UnknownRole { item: index, role: role.to_owned() }),
+            Some(fb) if !fb.is_empty() => self.role_index(fb).ok_or_else(|| Error::UnknownRole {
+                item: index,
+                role: fb.to_owned(),
+            }),
+            _ => Err(Error::UnknownRole {
+                item: index,
+                role: role.to_owned(),
+            }),
         }
     }
 
     /// Split the items of a round/ice section into rounds: a new round starts at a role whose
     /// round position is not after the previous role's. `fallback` allows the fallback role's
     /// position (API walk); the LM walk looks up the role only.
-    pub(crate) fn split_rounds(&self, items: &[Item], base: usize, fallback: bool) -> Result<Vec<usize>> {
+    pub(crate) fn split_rounds(
+        &self,
+        items: &[Item],
+        base: usize,
+        fallback: bool,
+    ) -> Result<Vec<usize>> {
         let mut cuts = vec![0];
         let mut last: Option<usize> = None;
         for (k, item) in items.iter().enumerate() {
@@ -215,8 +232,16 @@ impl MetaTemplate {
                     .fallback_role
                     .as_deref()
                     .and_then(|fb| self.round_position(fb))
-                    .ok_or_else(|| Error::UnknownRole { item: base + k, role: name.to_owned() })?,
-                None => return Err(Error::UnknownRole { item: base + k, role: name.to_owned() }),
+                    .ok_or_else(|| Error::UnknownRole {
+                        item: base + k,
+                        role: name.to_owned(),
+                    })?,
+                None => {
+                    return Err(Error::UnknownRole {
+                        item: base + k,
+                        role: name.to_owned(),
+                    });
+                }
             };
             if last.is_some_and(|l| pos <= l) {
                 cuts.push(k);
@@ -228,7 +253,11 @@ impl MetaTemplate {
     }
 
     /// The role table after the round's items updated it (a fresh copy per round).
-    pub(crate) fn merged_roles<'a>(&'a self, items: &'a [Item], base: usize) -> Result<Vec<Merged<'a>>> {
+    pub(crate) fn merged_roles<'a>(
+        &'a self,
+        items: &'a [Item],
+        base: usize,
+    ) -> Result<Vec<Merged<'a>>> {
         let mut merged: Vec<Merged<'a>> = self.roles.iter().map(Merged::of).collect();
         for (k, item) in items.iter().enumerate() {
             if let Item::Role(r) = item {
@@ -269,7 +298,8 @@ impl MetaTemplate {
                                 let round = &section[cuts[k]..cuts[k + 1]];
                                 let for_gen =
                                     mode == Mode::Gen && open == Section::Round && k + 1 == n;
-                                generate = self.lm_round(round, start + cuts[k], for_gen, &mut out)?;
+                                generate =
+                                    self.lm_round(round, start + cuts[k], for_gen, &mut out)?;
                             }
                         }
                     }
@@ -277,7 +307,8 @@ impl MetaTemplate {
                 Item::Role(r) => match stack.last() {
                     None => return Err(Error::OutsideSection { item: i }),
                     Some((Section::Begin | Section::End, _)) => {
-                        let mut merged: Vec<Merged<'_>> = self.roles.iter().map(Merged::of).collect();
+                        let mut merged: Vec<Merged<'_>> =
+                            self.roles.iter().map(Merged::of).collect();
                         let idx = self.resolve(r, i)?;
                         merged[idx].update(r);
                         let m = merged[idx];
@@ -300,7 +331,13 @@ impl MetaTemplate {
     }
 
     /// Render one round in meta order; `false` when generation stopped.
-    fn lm_round(&self, round: &[Item], base: usize, for_gen: bool, out: &mut String) -> Result<bool> {
+    fn lm_round(
+        &self,
+        round: &[Item],
+        base: usize,
+        for_gen: bool,
+        out: &mut String,
+    ) -> Result<bool> {
         let merged = self.merged_roles(round, base)?;
         for slot in &self.round {
             match slot {
@@ -341,7 +378,11 @@ mod tests {
         MetaTemplate::new(
             vec![
                 RoleSpec::new("HUMAN").begin("<H>").end("</H>").into(),
-                RoleSpec::new("BOT").begin("<B>").end("</B>").generate(true).into(),
+                RoleSpec::new("BOT")
+                    .begin("<B>")
+                    .end("</B>")
+                    .generate(true)
+                    .into(),
             ],
             vec![],
             None,
@@ -366,25 +407,36 @@ mod tests {
 
     #[test]
     fn lm_repeated_human_starts_new_round() {
-        let out = meta_hb().render_lm(&dlg(vec![h("a"), h("b"), b("c")]), Mode::Gen).unwrap();
+        let out = meta_hb()
+            .render_lm(&dlg(vec![h("a"), h("b"), b("c")]), Mode::Gen)
+            .unwrap();
         assert_eq!(out, "<H>a</H><B></B><H>b</H><B>");
     }
 
     #[test]
     fn lm_string_inside_round_emitted_first() {
         let items = dlg(vec![h("x"), Item::Text("STR".into()), b("y")]);
-        assert_eq!(meta_hb().render_lm(&items, Mode::Gen).unwrap(), "STR<H>x</H><B>");
+        assert_eq!(
+            meta_hb().render_lm(&items, Mode::Gen).unwrap(),
+            "STR<H>x</H><B>"
+        );
     }
 
     #[test]
     fn lm_empty_dialogue_renders_meta_round() {
-        assert_eq!(meta_hb().render_lm(&dlg(vec![]), Mode::Gen).unwrap(), "<H></H><B>");
+        assert_eq!(
+            meta_hb().render_lm(&dlg(vec![]), Mode::Gen).unwrap(),
+            "<H></H><B>"
+        );
     }
 
     #[test]
     fn lm_stray_end_marker_is_error() {
         let items = vec![Item::Marker(Marker::new(Section::Round, Pos::End))];
-        assert_eq!(meta_hb().render_lm(&items, Mode::Ppl), Err(Error::UnbalancedEnd { item: 0 }));
+        assert_eq!(
+            meta_hb().render_lm(&items, Mode::Ppl),
+            Err(Error::UnbalancedEnd { item: 0 })
+        );
     }
 
     #[test]

@@ -129,7 +129,10 @@ impl RoleItem {
     /// A role item with just `role` and `prompt`.
     pub fn new(role: &str, prompt: Option<&str>) -> Self {
         Self {
-            spec: Arc::new(RoleSpecItem { role: Some(role.to_owned()), ..RoleSpecItem::default() }),
+            spec: Arc::new(RoleSpecItem {
+                role: Some(role.to_owned()),
+                ..RoleSpecItem::default()
+            }),
             prompt: prompt.map(str::to_owned),
         }
     }

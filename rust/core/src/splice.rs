@@ -25,7 +25,9 @@ pub(crate) fn delete_in_items(items: &mut [Item], token: &str) {
     for item in items {
         match item {
             Item::Text(s) => delete(s, token),
-            Item::Role(RoleItem { prompt: Some(p), .. }) => delete(p, token),
+            Item::Role(RoleItem {
+                prompt: Some(p), ..
+            }) => delete(p, token),
             _ => {}
         }
     }
@@ -43,7 +45,9 @@ pub(crate) fn replace_in_items(items: Vec<Item>, token: &str, ice: Ice<'_>) -> R
             for item in &mut items {
                 let target = match item {
                     Item::Text(s) => s,
-                    Item::Role(RoleItem { prompt: Some(p), .. }) => p,
+                    Item::Role(RoleItem {
+                        prompt: Some(p), ..
+                    }) => p,
                     _ => continue,
                 };
                 if let std::borrow::Cow::Owned(new) = replace(target, token, text) {
@@ -54,9 +58,15 @@ pub(crate) fn replace_in_items(items: Vec<Item>, token: &str, ice: Ice<'_>) -> R
         }
         Ice::List(list) => {
             for (i, item) in items.iter().enumerate() {
-                if let Item::Role(RoleItem { prompt: Some(p), .. }) = item {
+                if let Item::Role(RoleItem {
+                    prompt: Some(p), ..
+                }) = item
+                {
                     if p.contains(token) {
-                        return Err(Error::ListIntoRolePrompt { item: i, token: token.into() });
+                        return Err(Error::ListIntoRolePrompt {
+                            item: i,
+                            token: token.into(),
+                        });
                     }
                 }
             }
@@ -97,7 +107,11 @@ mod tests {
     #[test]
     fn list_ice_splits_text_and_drops_empty_pieces() {
         let ice = vec![Item::Role(RoleItem::new("HUMAN", Some("i1"))), text("S")];
-        let items = vec![text("pre</E>mid</E>"), text("</E>"), Item::Role(RoleItem::new("BOT", Some("x")))];
+        let items = vec![
+            text("pre</E>mid</E>"),
+            text("</E>"),
+            Item::Role(RoleItem::new("BOT", Some("x"))),
+        ];
         let out = replace_in_items(items, "</E>", Ice::List(&ice)).unwrap();
         assert_eq!(out.len(), 9);
         assert_eq!(out[0], text("pre"));

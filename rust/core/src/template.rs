@@ -40,7 +40,10 @@ impl Dialogue {
     /// The `end` section is opened with a `pos = end` marker, as the reference does.
     pub fn new(begin: Option<Vec<Item>>, round: Option<Vec<Item>>, end: Option<Vec<Item>>) -> Self {
         let Some(round) = round else {
-            return Self { full: None, ice: None };
+            return Self {
+                full: None,
+                ice: None,
+            };
         };
         let mut ice = Vec::with_capacity(round.len() + 2);
         ice.push(marker(Section::Ice, Pos::Begin));
@@ -60,7 +63,10 @@ impl Dialogue {
             full.extend(end);
             full.push(marker(Section::End, Pos::End));
         }
-        Self { full: Some(full), ice: Some(ice) }
+        Self {
+            full: Some(full),
+            ice: Some(ice),
+        }
     }
 
     fn encoded(&self, ice: bool) -> Result<&[Item]> {
@@ -115,14 +121,22 @@ impl PromptTemplate {
         sep_token: Option<String>,
         substitution: Substitution,
     ) -> Self {
-        Self { bodies, ice_token, sep_token, substitution }
+        Self {
+            bodies,
+            ice_token,
+            sep_token,
+            substitution,
+        }
     }
 
     fn body(&self, label: usize) -> Result<&Body> {
         match self.bodies.get(label) {
             Some(Body::Invalid) => Err(Error::InvalidLabelBody { index: label }),
             Some(body) => Ok(body),
-            None => Err(Error::LabelOutOfRange { index: label, count: self.bodies.len() }),
+            None => Err(Error::LabelOutOfRange {
+                index: label,
+                count: self.bodies.len(),
+            }),
         }
     }
 
@@ -148,7 +162,13 @@ impl PromptTemplate {
         self.render(row, 0, Some(ice), Op::Item)
     }
 
-    fn render(&self, row: &Entries<'_>, label: usize, ice: Option<Ice<'_>>, op: Op) -> Result<Rendered> {
+    fn render(
+        &self,
+        row: &Entries<'_>,
+        label: usize,
+        ice: Option<Ice<'_>>,
+        op: Op,
+    ) -> Result<Rendered> {
         let body = self.body(label)?;
         let tok = self.ice_token.as_deref();
         // the ICE only goes in where there is a token; IceItem deletes the token instead
@@ -157,8 +177,8 @@ impl PromptTemplate {
             _ => None,
         };
         let sep = match op {
-            Op::IceItem => None, // reference quirk: the sep token stays in in-context examples
-            Op::LabelPrompt { remain_sep: true } => None,
+            // reference quirk: the sep token stays in in-context examples
+            Op::IceItem | Op::LabelPrompt { remain_sep: true } => None,
             _ => self.sep_token.as_deref(),
         };
         match self.substitution {
@@ -171,7 +191,11 @@ impl PromptTemplate {
                 Body::Invalid => Err(Error::InvalidLabelBody { index: label }),
             },
             Substitution::SinglePass => {
-                let sep = if op == Op::IceItem { self.sep_token.as_deref() } else { sep };
+                let sep = if op == Op::IceItem {
+                    self.sep_token.as_deref()
+                } else {
+                    sep
+                };
                 match body {
                     Body::Str(s) => single_str(s, row, tok, sep, ice).map(Rendered::Str),
                     Body::Dialogue(d) => {
@@ -264,7 +288,9 @@ pub(crate) fn format_items(items: &mut [Item], row: &Entries<'_>) {
     for item in items {
         let target = match item {
             Item::Text(s) => s,
-            Item::Role(RoleItem { prompt: Some(p), .. }) => p,
+            Item::Role(RoleItem {
+                prompt: Some(p), ..
+            }) => p,
             _ => continue,
         };
         if let Cow::Owned(new) = safe_format(target, row) {
@@ -300,10 +326,9 @@ fn single_str(
 ) -> Result<String> {
     let parts = pieces(template, row, tok, sep);
     match ice {
-        None => Ok(parts.concat()),
         Some(Ice::Str(text)) => Ok(parts.join(text)),
         Some(Ice::List(_)) if parts.len() > 1 => Err(Error::ListIntoString),
-        Some(Ice::List(_)) => Ok(parts.concat()),
+        None | Some(Ice::List(_)) => Ok(parts.concat()),
     }
 }
 
@@ -352,7 +377,10 @@ fn single_list(
                         })
                     }
                 };
-                out.push(Item::Role(RoleItem { spec: r.spec.clone(), prompt }));
+                out.push(Item::Role(RoleItem {
+                    spec: r.spec.clone(),
+                    prompt,
+                }));
             }
             Item::Marker(m) => out.push(Item::Marker(*m)),
         }
@@ -383,7 +411,11 @@ mod tests {
 
     #[test]
     fn ice_item_deletes_token_keeps_sep() {
-        let t = str_template("</E>Q: {question}<SEP>A: {answer}", Some("</E>"), Some("<SEP>"));
+        let t = str_template(
+            "</E>Q: {question}<SEP>A: {answer}",
+            Some("</E>"),
+            Some("<SEP>"),
+        );
         let out = t.ice_item(&e1(), 0).unwrap();
         assert_eq!(out, Rendered::Str("Q: 1+1=?<SEP>A: 2".into()));
     }
@@ -393,14 +425,18 @@ mod tests {
         let t = str_template("</E>{question}", Some("</E>"), None);
         let mut row = e1();
         row.set("answer", "");
-        let out = t.item(&row, Ice::Str("ice has {question} and [{answer}]\n")).unwrap();
+        let out = t
+            .item(&row, Ice::Str("ice has {question} and [{answer}]\n"))
+            .unwrap();
         assert_eq!(out, Rendered::Str("ice has 1+1=? and []\n1+1=?".into()));
     }
 
     #[test]
     fn label_prompt_sep_removed_before_ice() {
         let t = str_template("X</E>YZ{question}", Some("</E>"), Some("<SEP>"));
-        let out = t.label_prompt_item(&e1(), Ice::Str("i<SEP>j"), 0, false).unwrap();
+        let out = t
+            .label_prompt_item(&e1(), Ice::Str("i<SEP>j"), 0, false)
+            .unwrap();
         assert_eq!(out, Rendered::Str("Xi<SEP>jYZ1+1=?".into()));
         let out = t.item(&e1(), Ice::Str("i<SEP>j")).unwrap();
         assert_eq!(out, Rendered::Str("XijYZ1+1=?".into()));

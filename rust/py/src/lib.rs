@@ -1,1 +1,30 @@
+//! PyO3 binding of `promptweave-core`: registration only; the wrappers live in the modules.
 
+mod convert;
+mod errors;
+mod format;
+mod meta;
+mod template;
+
+#[pyo3::pymodule]
+mod _core {
+    #[pymodule_export]
+    use crate::errors::FallbackRequired;
+    #[pymodule_export]
+    use crate::format::{join_plain, safe_format, single_pass_format};
+    #[pymodule_export]
+    use crate::meta::PyMetaTemplate;
+    #[pymodule_export]
+    use crate::template::PyCompiledTemplate;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        // PEP 440 form of the crate version (`0.1.0-alpha.1` -> `0.1.0a1`)
+        let version = env!("CARGO_PKG_VERSION")
+            .replace("-alpha.", "a")
+            .replace("-beta.", "b");
+        m.add("__version__", version)
+    }
+}

@@ -1,0 +1,56 @@
+"""Stub of the Rust extension module (hand-written; checked with mypy.stubtest)."""
+
+from typing import Any, final
+
+__version__: str
+
+class FallbackRequired(Exception):
+    """The Rust core cannot render this input; the pure-Python path must."""
+
+def safe_format(template: str, entry: dict[str, Any], /) -> str:
+    """``safe_format`` with the reference's sequential semantics (one-scan fast path inside)."""
+
+def single_pass_format(template: str, entry: dict[str, Any], /) -> str:
+    """Injection-free single-scan substitution."""
+
+def join_plain(items: list[Any], /) -> str:
+    """The no-meta-template newline join of a prompt list."""
+
+@final
+class CompiledTemplate:
+    """A compiled prompt template (string, dialogue or label dict)."""
+
+    def __new__(
+        cls,
+        template: Any,
+        is_meta: bool,
+        ice_token: str | None,
+        sep_token: str | None,
+        single_pass: bool,
+    ) -> CompiledTemplate: ...
+    def ice_item(self, entry: dict[str, Any], label: int) -> str | list[Any]:
+        """``generate_ice_item`` with the label's index."""
+    def label_prompt_item(
+        self, entry: dict[str, Any], ice: Any, label: int, remain_sep: bool
+    ) -> str | list[Any]:
+        """``generate_label_prompt_item`` with the label's index."""
+    def item(
+        self,
+        entry: dict[str, Any],
+        output_field: Any | None,
+        output_field_replace_token: Any,
+        ice: Any,
+    ) -> str | list[Any]:
+        """``generate_item``."""
+
+@final
+class MetaTemplate:
+    """A compiled model meta template."""
+
+    def __new__(cls, meta: dict[str, Any]) -> MetaTemplate: ...
+    def render_lm(self, prompt: list[Any], gen_mode: bool) -> str:
+        """The LM walk."""
+    def render_api(
+        self, prompt: list[Any], gen_mode: bool, aisbench: bool
+    ) -> tuple[list[Any], int]:
+        """The API walk: messages (meta begin first when truthy) and the ignored-text count."""

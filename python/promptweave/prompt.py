@@ -1,0 +1,264 @@
+"""``PromptList`` and ``safe_format``: the intermediate prompt representation.
+
+Mirrors ``opencompass.utils.prompt`` (and its AISBench twin) with the exact reference semantics
+(spec 01 §1-2). The flavour of a ``PromptList`` class (``_flavor``) selects the few behaviours
+that differ between the two frameworks: ``str()`` JSON-encodes dict prompts in AISBench, and
+errors carry the AISBench error code.
+
+Deliberate deviations from the reference (see spec 06 B#10): ``non_empty_list + PromptList``
+concatenates instead of recursing forever, and reference crashes surface as promptweave errors
+(:mod:`promptweave.errors`) that still derive from the builtin the reference raises.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from typing import Any, ClassVar, TypeVar, cast
+
+from promptweave import _fallback
+from promptweave._flavor import AISBENCH, OPENCOMPASS
+from promptweave.errors import PromptTypeError, TemplateError, make_error
+
+__all__ = ["PromptList", "safe_format"]
+
+_PL = TypeVar("_PL", bound="PromptList")
+
+# AISBench error code of the PromptList sites that raise AISBenchTypeError in the reference.
+_UTILS_TYPE = "UTILS-TYPE-001"
+
+
+def safe_format(input_str: str, **kwargs: Any) -> str:
+    """Replace every ``{key}`` of ``input_str`` by ``str(value)``, key by key in kwargs order.
+
+    Sequential whole-string ``str.replace`` (spec 01 §1): text inserted for one key is scanned
+    by every later key, placeholders of missing keys stay untouched, ``{{`` is not an escape.
+    """
+    return _fallback.safe_format(input_str, kwargs)
+
+
+def _type_name(obj: object) -> str:
+    return type(obj).__name__
+
+
+class PromptList(list[Any]):
+    """A list of prompt items: strings, section markers and role dicts (spec 01 §2).
+
+    All operations return new instances of ``type(self)``; slicing returns a plain ``list``
+    (as in the reference).
+    """
+
+    _flavor: ClassVar[str] = OPENCOMPASS
+
+    # ------------------------------------------------------------------ helpers
+    @classmethod
+    def _code(cls, code: str) -> str | None:
+        return code if cls._flavor == AISBENCH else None
+
+    # ------------------------------------------------------------------ format
+    def format(self: _PL, **kwargs: Any) -> _PL:
+        """Substitute ``{key}`` placeholders in string items and in dict items' ``prompt``.
+
+        Dict items are deep-copied; keys other than ``prompt`` are never touched. A non-str item
+        (or non-str ``prompt``) cannot be formatted once there is at least one key.
+        """
+        return _fallback.format_prompt_list(self, kwargs, type(self))
+
+    # ----------------------------------------------------------------- replace
+    def replace(self: _PL, src: str, dst: Any) -> _PL:
+        """Replace ``src`` by ``dst`` in string items and dict items' ``prompt``.
+
+        ``dst`` may be a str, or a ``PromptList`` whose items are spliced into string items
+        (empty fragments vanish; a ``src`` inside a dict prompt is then an error). With any
+        other ``dst`` string items are dropped (reference behaviour, spec 01 §2.2).
+        """
+        cls = type(self)
+        out = cls()
+        for i, item in enumerate(self):
+            if isinstance(item, str):
+                if isinstance(dst, str):
+                    out.append(_str_replace(item, src, dst, i))
+                elif isinstance(dst, PromptList):
+                    pieces = _split(item, src, i)
+                    last = len(pieces) - 1
+                    for j, piece in enumerate(pieces):
+                        if piece:
+                            out.append(piece)
+                        if j < last:
+                            out.extend(dst)
+                # any other dst: the string item is dropped (reference quirk, spec 06 B#11)
+            elif isinstance(item, dict):
+                new_item = copy.deepcopy(item)
+                if "prompt" in item:
+                    text = item["prompt"]
+                    try:
+                        found = src in text
+                    except TypeError as exc:
+                        raise make_error(
+                            PromptTypeError,
+                            f"PromptList item {i}: cannot look for {src!r} in its 'prompt' "
+                            f"({_type_name(text)}): {exc}",
+                            compat=TypeError,
+                            path=f"prompt[{i}]['prompt']",
+                        ) from exc
+                    if found:
+                        if isinstance(dst, PromptList):
+                            raise make_error(
+                                PromptTypeError,
+                                f"Found keyword {src} in the 'prompt' of PromptList item {i} "
+                                f"(role {item.get('role')!r}); a PromptList can only be "
+                                "spliced into string items, not into a dict's prompt.",
+                                compat=TypeError,
+                                path=f"prompt[{i}]['prompt']",
+                                code=cls._code(_UTILS_TYPE),
+                            )
+                        new_item["prompt"] = _str_replace(new_item["prompt"], src, dst, i, True)
+                out.append(new_item)
+            else:
+                out.append(_str_replace(item, src, dst, i))
+        return out
+
+    # -------------------------------------------------------------- operators
+    def __add__(self: _PL, other: object) -> _PL:
+        cls = type(self)
+        if not other:
+            return cls([*self])
+        if isinstance(other, str):
+            return cls([*self, other])
+        if isinstance(other, list):
+            return cls([*self, *other])
+        raise make_error(
+            PromptTypeError,
+            f"can only add a str or a list to a PromptList, not {_type_name(other)}",
+            compat=TypeError,
+        )
+
+    def __radd__(self: _PL, other: object) -> _PL:
+        cls = type(self)
+        if not other:
+            return cls([*self])
+        if isinstance(other, str):
+            return cls([other, *self])
+        if isinstance(other, (list, tuple)):
+            # The reference recurses forever here (spec 06 B#10); concatenate instead.
+            return cls([*other, *self])
+        raise make_error(
+            PromptTypeError,
+            f"can only add a str, list or tuple to a PromptList, not {_type_name(other)}",
+        )
+
+    def __iadd__(self: _PL, other: object) -> _PL:
+        if not other:
+            return self
+        if isinstance(other, str):
+            self.append(other)
+            return self
+        try:
+            self.extend(cast("Iterable[Any]", other))  # any iterable, as list += accepts
+        except TypeError as exc:
+            raise make_error(
+                PromptTypeError,
+                f"can only add a str or an iterable of items to a PromptList, "
+                f"not {_type_name(other)}",
+                compat=TypeError,
+            ) from exc
+        return self
+
+    # -------------------------------------------------------------------- str
+    def __str__(self) -> str:
+        """Concatenate string items and dict items' ``prompt`` (AISBench: JSON-encoded)."""
+        cls = type(self)
+        ais = cls._flavor == AISBENCH
+        parts: list[Any] = []
+        for i, item in enumerate(self):
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, dict):
+                if "prompt" in item:
+                    parts.append(_json_prompt(item["prompt"], i) if ais else item["prompt"])
+            else:
+                raise make_error(
+                    PromptTypeError,
+                    f"Invalid type in prompt list when converting to string: item {i} is a "
+                    f"{_type_name(item)} (expected a str or a dict)",
+                    compat=TypeError,
+                    path=f"prompt[{i}]",
+                    code=cls._code(_UTILS_TYPE),
+                )
+        for i, part in enumerate(parts):
+            if not isinstance(part, str):
+                index = _index_of_part(self, i)
+                raise make_error(
+                    PromptTypeError,
+                    f"cannot convert PromptList to str: the 'prompt' of item {index} is a "
+                    f"{_type_name(part)}, expected a str",
+                    compat=TypeError,
+                    path=f"prompt[{index}]['prompt']",
+                )
+        return "".join(parts)
+
+
+def _index_of_part(pl: PromptList, part_no: int) -> int:
+    """Index in ``pl`` of the ``part_no``-th item contributing to ``str(pl)``."""
+    seen = -1
+    for i, item in enumerate(pl):
+        if isinstance(item, str) or (isinstance(item, dict) and "prompt" in item):
+            seen += 1
+            if seen == part_no:
+                return i
+    return part_no  # pragma: no cover - unreachable
+
+
+def _json_prompt(value: object, index: int) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise make_error(
+            PromptTypeError,
+            f"cannot convert PromptList to str: the 'prompt' of item {index} is not "
+            f"JSON-serialisable: {exc}",
+            compat=type(exc),
+            path=f"prompt[{index}]['prompt']",
+        ) from exc
+
+
+def _str_replace(item: Any, src: Any, dst: Any, index: int, in_prompt: bool = False) -> Any:
+    """``item.replace(src, dst)`` with reference semantics and a clear error on failure."""
+    try:
+        return item.replace(src, dst)
+    except (AttributeError, TypeError) as exc:
+        where = (
+            f"the 'prompt' of PromptList item {index}"
+            if in_prompt
+            else (f"PromptList item {index}")
+        )
+        if isinstance(item, str):
+            what = f"cannot replace {src!r} by a {_type_name(dst)} in {where}: {exc}"
+        else:
+            what = f"{where} is a {_type_name(item)}; only str items can be replaced in ({exc})"
+        raise make_error(
+            PromptTypeError,
+            what,
+            compat=type(exc),
+            path=f"prompt[{index}]['prompt']" if in_prompt else f"prompt[{index}]",
+        ) from exc
+
+
+def _split(item: str, src: Any, index: int) -> list[str]:
+    try:
+        return item.split(src)
+    except ValueError as exc:  # empty separator
+        raise make_error(
+            TemplateError,
+            f"cannot splice a PromptList at an empty token (PromptList item {index})",
+            compat=ValueError,
+            path=f"prompt[{index}]",
+        ) from exc
+    except TypeError as exc:
+        raise make_error(
+            PromptTypeError,
+            f"cannot split PromptList item {index} on a {_type_name(src)}: {exc}",
+            compat=TypeError,
+            path=f"prompt[{index}]",
+        ) from exc

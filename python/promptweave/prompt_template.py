@@ -1,0 +1,216 @@
+"""``PromptTemplate``: mirrors ``opencompass.openicl.icl_prompt_template.PromptTemplate``.
+
+The template is validated here (with the reference's checks, in the reference's order) and
+compiled once into a Rust ``CompiledTemplate``; each ``generate_*`` call renders in Rust. Inputs
+the core does not model (lone surrogates, non-str template items, unusual ICE values, every error
+case) are rendered by the pure-Python reference algorithm in :mod:`promptweave._fallback`, which
+raises the documented exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any, ClassVar, Literal
+
+from promptweave import _core, _fallback
+from promptweave._flavor import AISBENCH, OPENCOMPASS
+from promptweave.errors import IceTokenError, PromptTypeError, make_error
+from promptweave.prompt import PromptList
+
+__all__ = ["PromptTemplate"]
+
+Substitution = Literal["compat", "single_pass"]
+_DIALOGUE_KEYS = ("begin", "round", "end")
+
+
+class PromptTemplate:
+    """A dataset-side prompt template: a string, a dialogue (``begin``/``round``/``end``) or a
+    label dict (label -> string or dialogue, for perplexity scoring).
+
+    Args:
+        template: the template.
+        ice_token: where in-context examples go (``'</E>'``), or ``None``.
+        sep_token: a token deleted from prompts (kept in PPL prompts with ``remain_sep``).
+        substitution: ``'compat'`` (default) reproduces the reference byte for byte, including
+            its order-dependent sequential substitution and the re-formatting of in-context
+            examples with the test row; ``'single_pass'`` substitutes the template in one scan
+            (values are never rescanned) and inserts in-context examples after substitution.
+    """
+
+    _flavor: ClassVar[str] = OPENCOMPASS
+    _prompt_list: ClassVar[type[PromptList]] = PromptList
+
+    def __init__(
+        self,
+        template: dict[Any, Any] | str,
+        ice_token: str | None = None,
+        sep_token: str | None = None,
+        *,
+        substitution: Substitution = "compat",
+    ) -> None:
+        self.template = template
+        self._validate_types(ice_token, sep_token, substitution)
+        self.ice_token = ice_token
+        self.sep_token = sep_token
+        self.substitution: Substitution = substitution
+        self.prompt_type = "origin"
+        self._check_template_legacy()
+        self._compile()
+
+    # ------------------------------------------------------------------ construction
+    def _code(self, code: str) -> str | None:
+        return code if self._flavor == AISBENCH else None
+
+    def _validate_types(self, ice_token: object, sep_token: object, substitution: object) -> None:
+        if not isinstance(self.template, (str, dict)):
+            raise make_error(
+                PromptTypeError,
+                f"Prompt template must be a str or a dict, but got {type(self.template)}",
+                compat=AssertionError,
+                path="template",
+                code=self._code("ICLR-TYPE-001"),
+            )
+        for name, token in (("ice_token", ice_token), ("sep_token", sep_token)):
+            if token is not None and not isinstance(token, str):
+                raise make_error(
+                    PromptTypeError,
+                    f"{name}: Expected an object in [None, 'str'] type, but got "
+                    f"{type(token).__name__}: {token!r}",
+                    compat=TypeError,
+                    path=name,
+                    code=self._code("UTILS-TYPE-001"),
+                )
+        if substitution not in ("compat", "single_pass"):
+            raise ValueError(f"substitution must be 'compat' or 'single_pass', got {substitution!r}")
+
+    def _check_template_legacy(self) -> None:
+        tok = self.ice_token
+        if isinstance(self.template, dict):
+            n = sum(key in self.template for key in _DIALOGUE_KEYS)
+            self.prompt_type = "meta" if n == len(self.template) else "origin"
+            for key, value in self.template.items():
+                if not isinstance(value, (str, list, dict)):
+                    raise make_error(
+                        PromptTypeError,
+                        "dictionary of template expects a str, list or a dict, but got "
+                        f"{type(value)}, value: {value!r} (template[{key!r}])",
+                        compat=TypeError,
+                        path=f"template[{key!r}]",
+                        code=self._code("ICLR-TYPE-002"),
+                    )
+                if isinstance(value, str) and tok and tok not in value:
+                    raise self._missing_token(value, f"template[{key!r}]")
+        elif tok and tok not in self.template:
+            raise self._missing_token(self.template, "template")
+
+    def _missing_token(self, text: str, path: str) -> Exception:
+        return make_error(
+            IceTokenError,
+            f"ice_token {self.ice_token!r} not found in {path}: {text!r}",
+            path=path,
+            code=self._code("ICLR-PARAM-001"),
+        )
+
+    def _compile(self) -> None:
+        self._labels: dict[Hashable, int] = {}
+        if isinstance(self.template, dict) and self.prompt_type == "origin":
+            self._labels = {label: i for i, label in enumerate(self.template)}
+        try:
+            self._compiled: _core.CompiledTemplate | None = _core.CompiledTemplate(
+                self.template,
+                self.prompt_type == "meta",
+                self.ice_token,
+                self.sep_token,
+                self.substitution == "single_pass",
+            )
+        except _core.FallbackRequired:
+            self._compiled = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "ice_token": self.ice_token,
+            "sep_token": self.sep_token,
+            "substitution": self.substitution,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["template"],
+            state["ice_token"],
+            state["sep_token"],
+            substitution=state["substitution"],
+        )
+
+    # ------------------------------------------------------------------ rendering
+    def _label_index(self, label: Any) -> int | None:
+        """The body index for ``label``; ``None`` sends the call to the fallback path."""
+        if not self._labels:
+            return 0
+        try:
+            return self._labels[label]
+        except (KeyError, TypeError):
+            return None
+
+    def _wrap(self, out: Any) -> Any:
+        return self._prompt_list(out) if isinstance(out, list) else out
+
+    def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
+        """Render one in-context example from ``entry`` (its own answer included)."""
+        idx = self._label_index(label)
+        if self._compiled is not None and idx is not None and type(entry) is dict:
+            try:
+                return self._wrap(self._compiled.ice_item(entry, idx))
+            except _core.FallbackRequired:
+                pass
+        return _fallback.generate_ice_item(self, entry, label)
+
+    def generate_label_prompt_item(
+        self,
+        entry: Mapping[str, Any],
+        ice: Any,
+        label: Hashable,
+        remain_sep: bool | None = False,
+    ) -> Any:
+        """Render the perplexity prompt of ``label`` for ``entry`` with ``ice`` spliced in."""
+        idx = self._label_index(label)
+        if self._compiled is not None and idx is not None and type(entry) is dict:
+            try:
+                return self._wrap(
+                    self._compiled.label_prompt_item(entry, ice, idx, bool(remain_sep))
+                )
+            except _core.FallbackRequired:
+                pass
+        return _fallback.generate_label_prompt_item(self, entry, ice, label, remain_sep)
+
+    def generate_item(
+        self,
+        entry: Mapping[str, Any],
+        output_field: Hashable | None = None,
+        output_field_replace_token: Any = "",
+        ice_field_replace_token: Any = "",
+    ) -> Any:
+        """Render the generation prompt for ``entry``, the output column masked."""
+        if self._compiled is not None and type(entry) is dict:
+            try:
+                return self._wrap(
+                    self._compiled.item(
+                        entry, output_field, output_field_replace_token, ice_field_replace_token
+                    )
+                )
+            except _core.FallbackRequired:
+                pass
+        return _fallback.generate_item(
+            self, entry, output_field, output_field_replace_token, ice_field_replace_token
+        )
+
+    def _encode_template(self, prompt_template: Any, ice: bool) -> Any:
+        """The reference's dialogue encoding (section markers included)."""
+        if isinstance(prompt_template, str):
+            return prompt_template
+        return _fallback.encode_dialogue(prompt_template, ice, self._prompt_list)
+
+    def __repr__(self) -> str:
+        return (
+            f"PromptTemplate({{\n\ttemplate: {self.template},\n\tice_token: {self.ice_token}\n}})"
+        )

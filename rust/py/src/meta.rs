@@ -1,0 +1,138 @@
+//! `MetaTemplate`: a compiled model meta template (LM and API walks).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use promptweave_core::{Flavor, MetaEntry, MetaTemplate, Mode, RoleSpec};
+
+use crate::convert::items_from_list;
+use crate::errors::{to_py_err, unsupported};
+
+/// A compiled meta template.
+#[pyclass(frozen, name = "MetaTemplate", module = "promptweave._core")]
+pub(crate) struct PyMetaTemplate {
+    inner: MetaTemplate,
+}
+
+fn opt_field(d: &Bound<'_, PyDict>, key: &str) -> PyResult<Option<String>> {
+    match d.get_item(key)? {
+        None => Ok(None),
+        Some(v) if v.is_exact_instance_of::<PyString>() => Ok(Some(
+            v.cast::<PyString>()?
+                .to_str()
+                .map_err(|_| unsupported("meta string that is not valid UTF-8"))?
+                .to_owned(),
+        )),
+        Some(_) => Err(unsupported("meta template value that is not a str")),
+    }
+}
+
+fn role_spec(d: &Bound<'_, PyDict>) -> PyResult<RoleSpec> {
+    let name = opt_field(d, "role")?.ok_or_else(|| unsupported("meta role without a str role"))?;
+    Ok(RoleSpec {
+        name,
+        begin: opt_field(d, "begin")?,
+        end: opt_field(d, "end")?,
+        prompt: opt_field(d, "prompt")?,
+        generate: match d.get_item("generate")? {
+            Some(v) => v.is_truthy()?,
+            None => false,
+        },
+        api_role: opt_field(d, "api_role")?,
+    })
+}
+
+fn mode(gen_mode: bool) -> Mode {
+    if gen_mode { Mode::Gen } else { Mode::Ppl }
+}
+
+#[pymethods]
+impl PyMetaTemplate {
+    /// Compile a dict meta template (validated by the Python wrapper).
+    #[new]
+    fn py_new(meta: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let round = meta
+            .get_item("round")?
+            .ok_or_else(|| unsupported("meta without round"))?;
+        let round = round
+            .cast::<PyList>()
+            .map_err(|_| unsupported("round that is not a list"))?;
+        let mut entries = Vec::with_capacity(round.len());
+        for obj in round.iter() {
+            if obj.is_exact_instance_of::<PyString>() {
+                let s = obj.cast::<PyString>()?;
+                entries.push(MetaEntry::Text(
+                    s.to_str()
+                        .map_err(|_| unsupported("not valid UTF-8"))?
+                        .to_owned(),
+                ));
+            } else {
+                let d = obj
+                    .cast::<PyDict>()
+                    .map_err(|_| unsupported("round entry"))?;
+                entries.push(MetaEntry::Role(role_spec(d)?));
+            }
+        }
+        let mut reserved = Vec::new();
+        if let Some(list) = meta.get_item("reserved_roles")? {
+            let list = list
+                .cast::<PyList>()
+                .map_err(|_| unsupported("reserved_roles"))?;
+            for obj in list.iter() {
+                if let Ok(d) = obj.cast::<PyDict>() {
+                    reserved.push(role_spec(d)?);
+                } else if !obj.is_exact_instance_of::<PyString>() {
+                    return Err(unsupported("reserved role entry"));
+                }
+            }
+        }
+        let inner = MetaTemplate::new(
+            entries,
+            reserved,
+            opt_field(meta, "begin")?,
+            opt_field(meta, "end")?,
+        )
+        .map_err(|e| to_py_err(&e))?;
+        Ok(Self { inner })
+    }
+
+    /// The LM walk: one string.
+    fn render_lm(&self, prompt: &Bound<'_, PyList>, gen_mode: bool) -> PyResult<String> {
+        let items = items_from_list(prompt)?;
+        self.inner
+            .render_lm(&items.items, mode(gen_mode))
+            .map_err(|e| to_py_err(&e))
+    }
+
+    /// The API walk: `(messages, ignored_text_count)` where messages is a list of
+    /// `{'role', 'prompt'}` dicts, preceded by the meta `begin` string when it is truthy.
+    fn render_api<'py>(
+        &self,
+        prompt: &Bound<'py, PyList>,
+        gen_mode: bool,
+        aisbench: bool,
+    ) -> PyResult<(Bound<'py, PyList>, usize)> {
+        let py = prompt.py();
+        let items = items_from_list(prompt)?;
+        let flavor = if aisbench {
+            Flavor::AisBench
+        } else {
+            Flavor::OpenCompass
+        };
+        let out = self
+            .inner
+            .render_api(&items.items, mode(gen_mode), flavor)
+            .map_err(|e| to_py_err(&e))?;
+        let list = PyList::empty(py);
+        if let Some(b) = &out.begin {
+            list.append(b)?;
+        }
+        for m in &out.messages {
+            let d = PyDict::new(py);
+            d.set_item(pyo3::intern!(py, "role"), &m.role)?;
+            d.set_item(pyo3::intern!(py, "prompt"), &m.prompt)?;
+            list.append(d)?;
+        }
+        Ok((list, out.ignored_texts))
+    }
+}

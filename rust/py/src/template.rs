@@ -1,0 +1,244 @@
+//! `CompiledTemplate`: a compiled `PromptTemplate` body set.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+
+use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
+
+use crate::convert::{
+    RowStrings, Sources, item, items_from_list, items_to_py, needs_deepcopy, role_item,
+};
+use crate::errors::{to_py_err, unsupported};
+
+/// A compiled prompt template (string, dialogue or label dict).
+#[pyclass(frozen, name = "CompiledTemplate", module = "promptweave._core")]
+pub(crate) struct PyCompiledTemplate {
+    inner: PromptTemplate,
+    sources: Vec<(Py<PyDict>, bool)>,
+    has_ice_token: bool,
+}
+
+struct Compiler<'py> {
+    sources: Vec<(Py<PyDict>, bool)>,
+    _py: Python<'py>,
+}
+
+impl<'py> Compiler<'py> {
+    fn item(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<Item> {
+        if let Ok(d) = obj.cast::<PyDict>() {
+            if !d.contains(pyo3::intern!(obj.py(), "section"))? {
+                let idx =
+                    u32::try_from(self.sources.len()).map_err(|_| unsupported("too many items"))?;
+                let r = role_item(d, Origin::Template(idx))?;
+                self.sources.push((d.clone().unbind(), needs_deepcopy(d)));
+                return Ok(Item::Role(r));
+            }
+        }
+        item(obj, Origin::None)
+    }
+
+    /// `begin`/`end`: a list is spliced, anything else is one item.
+    fn section(&mut self, value: Option<Bound<'py, PyAny>>) -> PyResult<Option<Vec<Item>>> {
+        let Some(value) = value else { return Ok(None) };
+        if let Ok(list) = value.cast::<PyList>() {
+            list.iter()
+                .map(|o| self.item(&o))
+                .collect::<PyResult<_>>()
+                .map(Some)
+        } else {
+            Ok(Some(vec![self.item(&value)?]))
+        }
+    }
+
+    /// `round`: list-extension semantics (a str is one item, a dict contributes its keys).
+    fn round(&mut self, value: Option<Bound<'py, PyAny>>) -> PyResult<Option<Vec<Item>>> {
+        let Some(value) = value else { return Ok(None) };
+        if let Ok(list) = value.cast::<PyList>() {
+            return list
+                .iter()
+                .map(|o| self.item(&o))
+                .collect::<PyResult<_>>()
+                .map(Some);
+        }
+        if value.is_exact_instance_of::<PyString>() {
+            return Ok(Some(vec![item(&value, Origin::None)?]));
+        }
+        if let Ok(d) = value.cast::<PyDict>() {
+            return d
+                .keys()
+                .iter()
+                .map(|k| item(&k, Origin::None))
+                .collect::<PyResult<_>>()
+                .map(Some);
+        }
+        Err(unsupported("round that is not a list, str or dict"))
+    }
+
+    fn dialogue(&mut self, d: &Bound<'py, PyDict>) -> PyResult<Body> {
+        let py = d.py();
+        let begin = self.section(d.get_item(pyo3::intern!(py, "begin"))?)?;
+        let round = self.round(d.get_item(pyo3::intern!(py, "round"))?)?;
+        let end = self.section(d.get_item(pyo3::intern!(py, "end"))?)?;
+        Ok(Body::Dialogue(Dialogue::new(begin, round, end)))
+    }
+
+    fn body(&mut self, value: &Bound<'py, PyAny>) -> PyResult<Body> {
+        if value.is_exact_instance_of::<PyString>() {
+            let s = value.cast::<PyString>()?;
+            return Ok(Body::Str(
+                s.to_str()
+                    .map_err(|_| unsupported("template that is not valid UTF-8"))?
+                    .to_owned(),
+            ));
+        }
+        if let Ok(d) = value.cast::<PyDict>() {
+            return self.dialogue(d);
+        }
+        Ok(Body::Invalid)
+    }
+}
+
+fn opt_str(v: Option<&str>) -> Option<String> {
+    v.map(str::to_owned)
+}
+
+#[pymethods]
+impl PyCompiledTemplate {
+    /// Compile `template` (validated by the Python wrapper). `is_meta` says whether a dict
+    /// template is a dialogue (`True`) or a label dict (`False`).
+    #[new]
+    #[pyo3(signature = (template, is_meta, ice_token, sep_token, single_pass))]
+    fn py_new(
+        template: &Bound<'_, PyAny>,
+        is_meta: bool,
+        ice_token: Option<&str>,
+        sep_token: Option<&str>,
+        single_pass: bool,
+    ) -> PyResult<Self> {
+        let mut c = Compiler {
+            sources: Vec::new(),
+            _py: template.py(),
+        };
+        let bodies = if let Ok(d) = template.cast::<PyDict>() {
+            if is_meta {
+                vec![c.dialogue(d)?]
+            } else {
+                d.values()
+                    .iter()
+                    .map(|v| c.body(&v))
+                    .collect::<PyResult<_>>()?
+            }
+        } else {
+            vec![c.body(template)?]
+        };
+        let substitution = if single_pass {
+            Substitution::SinglePass
+        } else {
+            Substitution::Compat
+        };
+        Ok(Self {
+            inner: PromptTemplate::new(
+                bodies,
+                opt_str(ice_token),
+                opt_str(sep_token),
+                substitution,
+            ),
+            sources: c.sources,
+            has_ice_token: ice_token.is_some(),
+        })
+    }
+
+    /// `generate_ice_item(entry, label)` with the label's index.
+    fn ice_item<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        label: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let row = RowStrings::from_dict(entry)?;
+        let out = self
+            .inner
+            .ice_item(&row.entries(), label)
+            .map_err(|e| to_py_err(&e))?;
+        self.to_py(entry.py(), &out, None)
+    }
+
+    /// `generate_label_prompt_item(entry, ice, label, remain_sep)` with the label's index.
+    fn label_prompt_item<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        ice: &Bound<'py, PyAny>,
+        label: usize,
+        remain_sep: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let row = RowStrings::from_dict(entry)?;
+        self.with_ice(ice, |inner, ice| {
+            inner.label_prompt_item(&row.entries(), ice, label, remain_sep)
+        })
+    }
+
+    /// `generate_item(entry, output_field, output_field_replace_token, ice_field_replace_token)`.
+    #[pyo3(signature = (entry, output_field, output_field_replace_token, ice))]
+    fn item<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        output_field: Option<&Bound<'py, PyAny>>,
+        output_field_replace_token: &Bound<'py, PyAny>,
+        ice: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut row = RowStrings::from_dict(entry)?;
+        if let Some(field) = output_field {
+            row.mask(field, output_field_replace_token)?;
+        }
+        self.with_ice(ice, |inner, ice| inner.item(&row.entries(), ice))
+    }
+}
+
+impl PyCompiledTemplate {
+    fn with_ice<'py>(
+        &self,
+        ice: &Bound<'py, PyAny>,
+        f: impl FnOnce(&PromptTemplate, Ice<'_>) -> promptweave_core::Result<Rendered>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = ice.py();
+        if !self.has_ice_token {
+            let out = f(&self.inner, Ice::Str("")).map_err(|e| to_py_err(&e))?;
+            return self.to_py(py, &out, None);
+        }
+        if ice.is_exact_instance_of::<PyString>() {
+            let s = ice.cast::<PyString>()?;
+            let text = s
+                .to_str()
+                .map_err(|_| unsupported("ICE that is not valid UTF-8"))?;
+            let out = f(&self.inner, Ice::Str(text)).map_err(|e| to_py_err(&e))?;
+            return self.to_py(py, &out, None);
+        }
+        // only a PromptList splices; any other list is the reference's drop-the-item quirk
+        let list = ice
+            .cast::<PyList>()
+            .map_err(|_| unsupported("ICE that is neither str nor list"))?;
+        if list.get_type().name()?.to_str()? != "PromptList" {
+            return Err(unsupported("ICE list that is not a PromptList"));
+        }
+        let items = items_from_list(list)?;
+        let out = f(&self.inner, Ice::List(&items.items)).map_err(|e| to_py_err(&e))?;
+        self.to_py(py, &out, Some(list))
+    }
+
+    fn to_py<'py>(
+        &self,
+        py: Python<'py>,
+        out: &Rendered,
+        input: Option<&Bound<'py, PyList>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match out {
+            Rendered::Str(s) => Ok(PyString::new(py, s).into_any()),
+            Rendered::List(items) => {
+                let src = Sources {
+                    template: &self.sources,
+                    input,
+                };
+                Ok(items_to_py(py, items, &src)?.into_any())
+            }
+        }
+    }
+}
