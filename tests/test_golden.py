@@ -197,11 +197,39 @@ def check_stdout(run: Run, expected: dict[str, Any]) -> None:
         )
 
 
+#: Value-returning cases that the Rust core hands to the pure-Python path on purpose (inputs it
+#: does not model); every other value-returning case must be rendered by Rust.
+RUST_FALLBACK_EXPECTED: frozenset[str] = frozenset(
+    {
+        # a dict with a 'section' key and extra keys: a role item in the no-meta join but a
+        # marker in the meta walks; the core only takes exact {section, pos} markers
+        "LM-13",
+    }
+)
+
+
+@pytest.fixture(params=["rust", "python"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a case through the Rust core (default) or force the pure-Python path."""
+    from promptweave import _backend
+
+    monkeypatch.setattr(_backend, "FORCE_PYTHON", request.param == "python")
+    return str(request.param)
+
+
 @pytest.mark.parametrize(("cid", "fw"), _params())
-def test_golden(cid: str, fw: str, capfd: pytest.CaptureFixture[str]) -> None:
+def test_golden(cid: str, fw: str, backend: str, capfd: pytest.CaptureFixture[str]) -> None:
     case = CASES_BY_ID[cid]
     expected = expected_outcome(cid, fw)
+    from promptweave import _backend
+
+    before = _backend.fallbacks
     run = run_case(case["code"], _golden_ns.namespace(fw))
+    if backend == "rust" and "raises" not in expected and not _golden_ns.selftest_enabled():
+        fell_back = _backend.fallbacks != before
+        assert fell_back == (cid in RUST_FALLBACK_EXPECTED), (
+            f"{cid}: rendered by the {'Python' if fell_back else 'Rust'} path"
+        )
     run.stdout += capfd.readouterr().out  # output written below sys.stdout (e.g. from Rust)
 
     if cid in DEVIATIONS:

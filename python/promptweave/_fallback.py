@@ -177,7 +177,7 @@ def _substitute(
     except (AttributeError, TypeError) as exc:
         raise make_error(
             PromptTypeError,
-            f"{what} is a {_tname(text)}; placeholders can only be substituted into a str",
+            f"{what} is of type {_tname(text)}; placeholders can only be substituted into a str",
             compat=type(exc),
             path=path,
         ) from exc
@@ -234,11 +234,14 @@ def replace_in_item(item: Any, src: Any, dst: Any, index: int) -> Any:
         return item.replace(src, dst)
     except (AttributeError, TypeError) as exc:
         if isinstance(item, str):
-            msg = f"cannot replace {src!r} by a {_tname(dst)} in PromptList item {index}: {exc}"
+            msg = (
+                f"cannot replace {src!r} by a value of type {_tname(dst)} in PromptList item "
+                f"{index}: {exc}"
+            )
         else:
             msg = (
-                f"PromptList item {index} is a {_tname(item)}; only str and dict items can be "
-                f"used in a prompt ({exc})"
+                f"PromptList item {index} is of type {_tname(item)}; prompt items must be str "
+                f"or dict ({exc})"
             )
         raise make_error(PromptTypeError, msg, compat=type(exc), path=f"prompt[{index}]") from exc
 
@@ -251,7 +254,7 @@ def replace_in_prompt(text: Any, src: Any, dst: Any, index: int, role: object, f
     except TypeError as exc:
         raise make_error(
             PromptTypeError,
-            f"cannot look for {src!r} in the 'prompt' of PromptList item {index}, which is a "
+            f"cannot look for {src!r} in the 'prompt' of PromptList item {index}, which is of type "
             f"{_tname(text)}: {exc}",
             compat=TypeError,
             path=path,
@@ -272,8 +275,8 @@ def replace_in_prompt(text: Any, src: Any, dst: Any, index: int, role: object, f
     except (AttributeError, TypeError) as exc:
         raise make_error(
             PromptTypeError,
-            f"cannot replace {src!r} by a {_tname(dst)} in the 'prompt' of PromptList item "
-            f"{index}: {exc}",
+            f"cannot replace {src!r} by a value of type {_tname(dst)} in the 'prompt' of "
+            f"PromptList item {index}: {exc}",
             compat=type(exc),
             path=path,
         ) from exc
@@ -293,7 +296,7 @@ def split_item(item: str, src: Any, index: int) -> list[str]:
     except TypeError as exc:
         raise make_error(
             PromptTypeError,
-            f"cannot split PromptList item {index} on a {_tname(src)}: {exc}",
+            f"cannot split PromptList item {index} on a value of type {_tname(src)}: {exc}",
             compat=TypeError,
             path=f"prompt[{index}]",
         ) from exc
@@ -474,9 +477,12 @@ def generate_item(
     enc = _encode(t, _select_first(t), False)
     if t.substitution == "single_pass":
         ice = ice_field_replace_token
-        if t.ice_token is not None and t.sep_token is not None:
-            if isinstance(ice, str | _prompt_list_base()):
-                ice = ice.replace(t.sep_token, "")
+        if (
+            t.ice_token is not None
+            and t.sep_token is not None
+            and isinstance(ice, (str, _prompt_list_base()))
+        ):
+            ice = ice.replace(t.sep_token, "")  # compat removes the sep token from the ICE too
         kwargs = _masked(entry, output_field, output_field_replace_token)
         return _sp_render(t, enc, kwargs, ice, sep_pre=None, sep_post=t.sep_token)
     if t.ice_token is not None:
@@ -623,7 +629,7 @@ def _join_no_meta(prompt: list[Any], collect_mm: bool) -> tuple[str, list[Any]]:
             except AttributeError as exc:
                 raise make_error(
                     PromptTypeError,
-                    f"prompt[{i}] is a {_tname(item)}; prompt items must be str or dict",
+                    f"prompt[{i}] is of type {_tname(item)}; prompt items must be str or dict",
                     compat=AttributeError,
                     path=f"prompt[{i}]",
                 ) from exc
@@ -631,7 +637,7 @@ def _join_no_meta(prompt: list[Any], collect_mm: bool) -> tuple[str, list[Any]]:
                 if not isinstance(text, str):
                     raise make_error(
                         PromptTypeError,
-                        f"the 'prompt' of prompt[{i}] is a {_tname(text)}, expected a str",
+                        f"the 'prompt' of prompt[{i}] is of type {_tname(text)}, expected a str",
                         compat=TypeError,
                         path=f"prompt[{i}]['prompt']",
                     )
@@ -790,7 +796,7 @@ class _Walker:
             except TypeError as exc:
                 raise make_error(
                     PromptTypeError,
-                    f"{where} is a {_tname(items)}; prompt items must be str or dict",
+                    f"{where} is of type {_tname(items)}; prompt items must be str or dict",
                     compat=TypeError,
                     path=where,
                 ) from exc
@@ -801,7 +807,7 @@ class _Walker:
         else:
             raise make_error(
                 PromptTypeError,
-                f"{where} is a {_tname(items)}; prompt items must be str or dict",
+                f"{where} is of type {_tname(items)}; prompt items must be str or dict",
                 compat=AssertionError,
                 path=where,
             )
@@ -930,7 +936,7 @@ class _LMWalker(_Walker):
         if not isinstance(node, list):
             raise make_error(
                 PromptTypeError,
-                f"{where} is a {_tname(node)}; prompt items must be str or dict",
+                f"{where} is of type {_tname(node)}; prompt items must be str or dict",
                 compat=AssertionError,
                 path=where,
             )
@@ -981,7 +987,7 @@ class _LMWalker(_Walker):
     def _bad_text(merged: dict[str, Any], key: str, value: Any) -> NoReturn:
         raise make_error(
             PromptTypeError,
-            f"the {key!r} of role {merged.get('role')!r} is a {_tname(value)} ({value!r}); "
+            f"the {key!r} of role {merged.get('role')!r} is of type {_tname(value)} ({value!r}); "
             "role texts must be str",
             compat=TypeError,
             path=key,
@@ -1118,9 +1124,9 @@ class _APIWalker(_Walker):
             else:
                 raise make_error(
                     TemplateError,
-                    f"Invalid prompt content: without 'prompt' or 'prompt_mm' param! (role "
-                    f"{merged.get('role')!r} of the meta template's round gets no text from "
-                    f"the dialogue at {where} and has no default prompt)",
+                    f"Invalid prompt content: without 'prompt' or 'prompt_mm' param! Role "
+                    f"{merged.get('role')!r} ({where}) gets no 'prompt' from this round of the "
+                    "dialogue and has no default 'prompt' in the meta template",
                     path=where,
                     code=_code(self.flavor, _MODEL_NO_PROMPT),
                 )
@@ -1187,8 +1193,8 @@ class _APIWalker(_Walker):
                     self.prompt2api(item, role_dict, for_gen_mode, where)
                     raise make_error(
                         TemplateStructureError,
-                        f"{where} is a {_tname(item)} inside the {stack[-1][0]!r} section; the "
-                        "API parser needs each item of a begin/end section to be a role dict",
+                        f"{where} is of type {_tname(item)} inside the {stack[-1][0]!r} section; "
+                        "the API parser needs each item of a begin/end section to be a role dict",
                         compat=TypeError,
                         path=where,
                     )
@@ -1247,7 +1253,7 @@ def is_raw_messages(prompt: Any) -> bool:
         except TypeError as exc:
             raise make_error(
                 PromptTypeError,
-                f"prompt[{i}] is a {_tname(element)}; a prompt list holds str, dict or "
+                f"prompt[{i}] is of type {_tname(element)}; a prompt list holds str, dict or "
                 "message items",
                 compat=TypeError,
                 path=f"prompt[{i}]",

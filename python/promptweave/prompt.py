@@ -19,13 +19,13 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from promptweave import _fallback
 from promptweave._flavor import AISBENCH, OPENCOMPASS
-from promptweave.errors import PromptTypeError, TemplateError, make_error
+from promptweave.errors import PromptTypeError, make_error
 
 __all__ = ["PromptList", "safe_format"]
 
 _PL = TypeVar("_PL", bound="PromptList")
 
-# AISBench error code of the PromptList sites that raise AISBenchTypeError in the reference.
+# AISBench error code of ``str()`` on an invalid item (AISBenchTypeError in the reference).
 _UTILS_TYPE = "UTILS-TYPE-001"
 
 
@@ -78,9 +78,9 @@ class PromptList(list[Any]):
         for i, item in enumerate(self):
             if isinstance(item, str):
                 if isinstance(dst, str):
-                    out.append(_str_replace(item, src, dst, i))
+                    out.append(_fallback.replace_in_item(item, src, dst, i))
                 elif isinstance(dst, PromptList):
-                    pieces = _split(item, src, i)
+                    pieces = _fallback.split_item(item, src, i)
                     last = len(pieces) - 1
                     for j, piece in enumerate(pieces):
                         if piece:
@@ -91,32 +91,12 @@ class PromptList(list[Any]):
             elif isinstance(item, dict):
                 new_item = copy.deepcopy(item)
                 if "prompt" in item:
-                    text = item["prompt"]
-                    try:
-                        found = src in text
-                    except TypeError as exc:
-                        raise make_error(
-                            PromptTypeError,
-                            f"PromptList item {i}: cannot look for {src!r} in its 'prompt' "
-                            f"({_type_name(text)}): {exc}",
-                            compat=TypeError,
-                            path=f"prompt[{i}]['prompt']",
-                        ) from exc
-                    if found:
-                        if isinstance(dst, PromptList):
-                            raise make_error(
-                                PromptTypeError,
-                                f"Found keyword {src} in the 'prompt' of PromptList item {i} "
-                                f"(role {item.get('role')!r}); a PromptList can only be "
-                                "spliced into string items, not into a dict's prompt.",
-                                compat=TypeError,
-                                path=f"prompt[{i}]['prompt']",
-                                code=cls._code(_UTILS_TYPE),
-                            )
-                        new_item["prompt"] = _str_replace(new_item["prompt"], src, dst, i, True)
+                    new_item["prompt"] = _fallback.replace_in_prompt(
+                        item["prompt"], src, dst, i, item.get("role"), cls._flavor
+                    )
                 out.append(new_item)
             else:
-                out.append(_str_replace(item, src, dst, i))
+                out.append(_fallback.replace_in_item(item, src, dst, i))
         return out
 
     # -------------------------------------------------------------- operators
@@ -180,7 +160,7 @@ class PromptList(list[Any]):
             else:
                 raise make_error(
                     PromptTypeError,
-                    f"Invalid type in prompt list when converting to string: item {i} is a "
+                    f"Invalid type in prompt list when converting to string: item {i} is of type "
                     f"{_type_name(item)} (expected a str or a dict)",
                     compat=TypeError,
                     path=f"prompt[{i}]",
@@ -191,7 +171,7 @@ class PromptList(list[Any]):
                 index = _index_of_part(self, i)
                 raise make_error(
                     PromptTypeError,
-                    f"cannot convert PromptList to str: the 'prompt' of item {index} is a "
+                    f"cannot convert PromptList to str: the 'prompt' of item {index} is of type "
                     f"{_type_name(part)}, expected a str",
                     compat=TypeError,
                     path=f"prompt[{index}]['prompt']",
@@ -220,45 +200,4 @@ def _json_prompt(value: object, index: int) -> str:
             f"JSON-serialisable: {exc}",
             compat=type(exc),
             path=f"prompt[{index}]['prompt']",
-        ) from exc
-
-
-def _str_replace(item: Any, src: Any, dst: Any, index: int, in_prompt: bool = False) -> Any:
-    """``item.replace(src, dst)`` with reference semantics and a clear error on failure."""
-    try:
-        return item.replace(src, dst)
-    except (AttributeError, TypeError) as exc:
-        where = (
-            f"the 'prompt' of PromptList item {index}"
-            if in_prompt
-            else (f"PromptList item {index}")
-        )
-        if isinstance(item, str):
-            what = f"cannot replace {src!r} by a {_type_name(dst)} in {where}: {exc}"
-        else:
-            what = f"{where} is a {_type_name(item)}; only str items can be replaced in ({exc})"
-        raise make_error(
-            PromptTypeError,
-            what,
-            compat=type(exc),
-            path=f"prompt[{index}]['prompt']" if in_prompt else f"prompt[{index}]",
-        ) from exc
-
-
-def _split(item: str, src: Any, index: int) -> list[str]:
-    try:
-        return item.split(src)
-    except ValueError as exc:  # empty separator
-        raise make_error(
-            TemplateError,
-            f"cannot splice a PromptList at an empty token (PromptList item {index})",
-            compat=ValueError,
-            path=f"prompt[{index}]",
-        ) from exc
-    except TypeError as exc:
-        raise make_error(
-            PromptTypeError,
-            f"cannot split PromptList item {index} on a {_type_name(src)}: {exc}",
-            compat=TypeError,
-            path=f"prompt[{index}]",
         ) from exc

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar, Literal
 
-from promptweave import _core, _fallback
+from promptweave import _backend, _core, _fallback
 from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.errors import IceTokenError, PromptTypeError, make_error
 from promptweave.prompt import PromptList
@@ -158,11 +158,12 @@ class PromptTemplate:
     def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
         """Render one in-context example from ``entry`` (its own answer included)."""
         idx = self._label_index(label)
-        if self._compiled is not None and idx is not None and type(entry) is dict:
+        if self._compiled is not None and idx is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
             try:
                 return self._wrap(self._compiled.ice_item(entry, idx))
             except _core.FallbackRequired:
                 pass
+        _backend.note_fallback()
         return _fallback.generate_ice_item(self, entry, label)
 
     def generate_label_prompt_item(
@@ -174,13 +175,14 @@ class PromptTemplate:
     ) -> Any:
         """Render the perplexity prompt of ``label`` for ``entry`` with ``ice`` spliced in."""
         idx = self._label_index(label)
-        if self._compiled is not None and idx is not None and type(entry) is dict:
+        if self._compiled is not None and idx is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
             try:
                 return self._wrap(
                     self._compiled.label_prompt_item(entry, ice, idx, bool(remain_sep))
                 )
             except _core.FallbackRequired:
                 pass
+        _backend.note_fallback()
         return _fallback.generate_label_prompt_item(self, entry, ice, label, remain_sep)
 
     def generate_item(
@@ -191,7 +193,7 @@ class PromptTemplate:
         ice_field_replace_token: Any = "",
     ) -> Any:
         """Render the generation prompt for ``entry``, the output column masked."""
-        if self._compiled is not None and type(entry) is dict:
+        if self._compiled is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
             try:
                 return self._wrap(
                     self._compiled.item(
@@ -200,6 +202,7 @@ class PromptTemplate:
                 )
             except _core.FallbackRequired:
                 pass
+        _backend.note_fallback()
         return _fallback.generate_item(
             self, entry, output_field, output_field_replace_token, ice_field_replace_token
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, ClassVar
 
-from promptweave import _core, _fallback
+from promptweave import _backend, _core, _fallback
 from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.errors import ArgumentError, MetaTemplateError, PromptTypeError, make_error
 from promptweave.prompt import PromptList
@@ -152,12 +152,15 @@ class LMTemplateParser(_BaseParser):
         if isinstance(prompt_template, str):
             return prompt_template
         try:
-            if self._compiled is not None:
+            if _backend.FORCE_PYTHON:
+                pass
+            elif self._compiled is not None:
                 return self._compiled.render_lm(prompt_template, mode == "gen")
             if not self.meta_template:
                 return _core.join_plain(prompt_template)
         except _core.FallbackRequired:
             pass
+        _backend.note_fallback()
         return _fallback.lm_parse(self, prompt_template, mode)
 
 
@@ -193,7 +196,9 @@ class APITemplateParser(_BaseParser):
         if isinstance(prompt_template, str):
             return prompt_template
         try:
-            if self._compiled is not None:
+            if _backend.FORCE_PYTHON:
+                pass
+            elif self._compiled is not None:
                 items, ignored = self._compiled.render_api(
                     prompt_template, mode == "gen", self._flavor == AISBENCH
                 )
@@ -206,4 +211,5 @@ class APITemplateParser(_BaseParser):
                 return [] if self._flavor == AISBENCH and not text else text
         except _core.FallbackRequired:
             pass
+        _backend.note_fallback()
         return _fallback.api_parse(self, prompt_template, mode)

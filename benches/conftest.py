@@ -1,0 +1,59 @@
+"""pytest configuration for the benchmarks: the ``reference`` and ``ours`` fixtures.
+
+* ``reference`` is the OpenCompass 0.5.4 namespace loaded by the spec's ``refload.py``
+  (``<repo>/../shared/spec/golden`` or ``$PROMPTWEAVE_GOLDEN_DIR``).  Every benchmark compares
+  against it, so when the reference wheels are not installed the benchmarks are skipped -- or
+  fail, when ``PROMPTWEAVE_REQUIRE_REFERENCE=1`` (CI).
+* ``ours`` is the ``promptweave`` package (OpenCompass flavour), seen through the same names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REQUIRE_REFERENCE_ENV = "PROMPTWEAVE_REQUIRE_REFERENCE"
+GOLDEN_DIR_ENV = "PROMPTWEAVE_GOLDEN_DIR"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def golden_dir() -> Path:
+    """``$PROMPTWEAVE_GOLDEN_DIR`` or ``<repo>/../shared/spec/golden``."""
+    env = os.environ.get(GOLDEN_DIR_ENV)
+    return Path(env).resolve() if env else REPO_ROOT.parent / "shared" / "spec" / "golden"
+
+
+def _import_refload() -> ModuleType:
+    path = str(golden_dir())
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module("refload")
+
+
+@pytest.fixture(scope="session")
+def reference() -> Any:
+    """OpenCompass 0.5.4's prompt-building classes (``M.PromptTemplate`` ...)."""
+    try:
+        return _import_refload().opencompass()
+    except (ImportError, AttributeError, OSError) as exc:
+        reason = (
+            f"reference implementation not importable (golden dir {golden_dir()}): "
+            f"{type(exc).__name__}: {exc}"
+        )
+        if os.environ.get(REQUIRE_REFERENCE_ENV) == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def ours() -> Any:
+    """promptweave's OpenCompass flavour (same class names as the reference)."""
+    import promptweave
+
+    return promptweave
