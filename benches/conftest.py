@@ -36,6 +36,20 @@ def _import_refload() -> ModuleType:
     return importlib.import_module("refload")
 
 
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    """Collect ``benches/bench_*.py`` (the project's ``python_files`` only matches ``test_*``).
+
+    Paths named on the command line are collected by pytest itself, so they are left alone here.
+    """
+    if (
+        file_path.suffix == ".py"
+        and file_path.name.startswith("bench_")
+        and not parent.session.isinitpath(file_path)
+    ):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None
+
+
 @pytest.fixture(scope="session")
 def reference() -> Any:
     """OpenCompass 0.5.4's prompt-building classes (``M.PromptTemplate`` ...)."""

@@ -79,6 +79,8 @@ impl RowStrings {
 /// Items converted from a Python list, with the dicts they came from.
 pub(crate) struct InputItems {
     pub(crate) items: Vec<Item>,
+    /// per input index: copying that dict needs `copy.deepcopy`
+    pub(crate) deep: Vec<bool>,
 }
 
 fn is_plain_value(v: &Bound<'_, PyAny>) -> bool {
@@ -87,11 +89,6 @@ fn is_plain_value(v: &Bound<'_, PyAny>) -> bool {
         || v.is_exact_instance_of::<PyBool>()
         || v.is_exact_instance_of::<PyInt>()
         || v.is_exact_instance_of::<PyFloat>()
-}
-
-/// Whether copying `d` needs `copy.deepcopy` (some value is mutable or unusual).
-pub(crate) fn needs_deepcopy(d: &Bound<'_, PyDict>) -> bool {
-    d.values().iter().any(|v| !is_plain_value(&v))
 }
 
 /// A section marker dict, or `None` when `d` has no `section` key.
@@ -115,19 +112,31 @@ fn marker(d: &Bound<'_, PyDict>) -> PyResult<Option<Marker>> {
 }
 
 /// A role dict: the keys the walks read are taken; other keys stay in the source dict.
-pub(crate) fn role_item(d: &Bound<'_, PyDict>, origin: Origin) -> PyResult<RoleItem> {
+/// Returns the item and whether copying the dict needs `copy.deepcopy`.
+pub(crate) fn role_item(d: &Bound<'_, PyDict>, origin: Origin) -> PyResult<(RoleItem, bool)> {
+    let py = d.py();
     let mut spec = RoleSpecItem {
         origin,
         ..RoleSpecItem::default()
     };
     let mut prompt = None;
+    let mut deep = false;
     for (k, v) in d.iter() {
-        let Ok(key) = k.cast::<PyString>() else {
-            continue;
+        deep |= !is_plain_value(&v);
+        // keys written in source code are interned: compare pointers before text
+        let key = if k.is(intern!(py, "role")) {
+            "role"
+        } else if k.is(intern!(py, "prompt")) {
+            "prompt"
+        } else {
+            let Ok(key) = k.cast::<PyString>() else {
+                continue;
+            };
+            match key.to_str() {
+                Ok(s) => s,
+                Err(_) => return Err(unsupported("key that is not valid UTF-8")),
+            }
         };
-        let key = key
-            .to_str()
-            .map_err(|_| unsupported("key that is not valid UTF-8"))?;
         match key {
             "role" => spec.role = Some(exact_str(&v, "non-str role")?),
             "prompt" => prompt = Some(exact_str(&v, "non-str prompt")?),
@@ -147,34 +156,41 @@ pub(crate) fn role_item(d: &Bound<'_, PyDict>, origin: Origin) -> PyResult<RoleI
             _ => {}
         }
     }
-    Ok(RoleItem {
-        spec: Arc::new(spec),
-        prompt,
-    })
+    Ok((
+        RoleItem {
+            spec: Arc::new(spec),
+            prompt,
+        },
+        deep,
+    ))
 }
 
-/// One item of a prompt list.
-pub(crate) fn item(obj: &Bound<'_, PyAny>, origin: Origin) -> PyResult<Item> {
+/// One item of a prompt list, and whether it is a dict whose copy needs `copy.deepcopy`.
+pub(crate) fn item(obj: &Bound<'_, PyAny>, origin: Origin) -> PyResult<(Item, bool)> {
     if obj.is_exact_instance_of::<PyString>() {
-        return Ok(Item::Text(exact_str(obj, "text")?));
+        return Ok((Item::Text(exact_str(obj, "text")?), false));
     }
     let d = obj
         .cast::<PyDict>()
         .map_err(|_| unsupported("item that is neither str nor dict"))?;
     if let Some(m) = marker(d)? {
-        return Ok(Item::Marker(m));
+        return Ok((Item::Marker(m), false));
     }
-    Ok(Item::Role(role_item(d, origin)?))
+    let (r, deep) = role_item(d, origin)?;
+    Ok((Item::Role(r), deep))
 }
 
 /// Convert a Python list (a `PromptList` or a plain list) of items.
 pub(crate) fn items_from_list(list: &Bound<'_, PyList>) -> PyResult<InputItems> {
     let mut items = Vec::with_capacity(list.len());
+    let mut deep = Vec::with_capacity(list.len());
     for (i, obj) in list.iter().enumerate() {
         let idx = u32::try_from(i).map_err(|_| unsupported("list too long"))?;
-        items.push(item(&obj, Origin::Input(idx))?);
+        let (it, d) = item(&obj, Origin::Input(idx))?;
+        items.push(it);
+        deep.push(d);
     }
-    Ok(InputItems { items })
+    Ok(InputItems { items, deep })
 }
 
 fn deepcopy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -187,8 +203,8 @@ fn deepcopy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py
 pub(crate) struct Sources<'a, 'py> {
     /// the compiled template's role dicts and whether each needs a deep copy
     pub(crate) template: &'a [(Py<PyDict>, bool)],
-    /// the caller's input list (ICE prompt list), if any
-    pub(crate) input: Option<&'a Bound<'py, PyList>>,
+    /// the caller's input list (ICE prompt list) and its deep-copy flags, if any
+    pub(crate) input: Option<(&'a Bound<'py, PyList>, &'a [bool])>,
 }
 
 fn copy_source<'py>(
@@ -231,12 +247,12 @@ pub(crate) fn item_to_py<'py>(
                     copy_source(py, dict.bind(py), *deep)?
                 }
                 Origin::Input(i) => {
-                    let list = src
+                    let (list, deep) = src
                         .input
                         .ok_or_else(|| unsupported("dangling input item"))?;
                     let obj = list.get_item(i as usize)?;
                     let dict = obj.cast::<PyDict>()?;
-                    copy_source(py, dict, needs_deepcopy(dict))?
+                    copy_source(py, dict, deep.get(i as usize).copied().unwrap_or(true))?
                 }
                 Origin::None => {
                     let d = PyDict::new(py);
@@ -247,11 +263,26 @@ pub(crate) fn item_to_py<'py>(
                 }
             };
             if let Some(p) = &r.prompt {
-                d.set_item(intern!(py, "prompt"), p)?;
+                set_prompt(&d, p)?;
             }
             Ok(d.into_any())
         }
     }
+}
+
+/// Set `d['prompt'] = p`, keeping the copied `str` object when it already holds that text
+/// (strings are immutable, and `copy.deepcopy` shares them too).
+fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
+    let py = d.py();
+    let key = intern!(py, "prompt");
+    if let Some(old) = d.get_item(key)? {
+        if let Ok(old) = old.cast::<PyString>() {
+            if old.to_str().is_ok_and(|o| o == p) {
+                return Ok(());
+            }
+        }
+    }
+    d.set_item(key, p)
 }
 
 /// Build a Python list of output items.

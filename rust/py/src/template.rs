@@ -5,9 +5,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
 
-use crate::convert::{
-    RowStrings, Sources, item, items_from_list, items_to_py, needs_deepcopy, role_item,
-};
+use crate::convert::{RowStrings, Sources, item, items_from_list, items_to_py, role_item};
 use crate::errors::{to_py_err, unsupported};
 
 /// A compiled prompt template (string, dialogue or label dict).
@@ -29,12 +27,12 @@ impl<'py> Compiler<'py> {
             if !d.contains(pyo3::intern!(obj.py(), "section"))? {
                 let idx =
                     u32::try_from(self.sources.len()).map_err(|_| unsupported("too many items"))?;
-                let r = role_item(d, Origin::Template(idx))?;
-                self.sources.push((d.clone().unbind(), needs_deepcopy(d)));
+                let (r, deep) = role_item(d, Origin::Template(idx))?;
+                self.sources.push((d.clone().unbind(), deep));
                 return Ok(Item::Role(r));
             }
         }
-        item(obj, Origin::None)
+        Ok(item(obj, Origin::None)?.0)
     }
 
     /// `begin`/`end`: a list is spliced, anything else is one item.
@@ -61,13 +59,13 @@ impl<'py> Compiler<'py> {
                 .map(Some);
         }
         if value.is_exact_instance_of::<PyString>() {
-            return Ok(Some(vec![item(&value, Origin::None)?]));
+            return Ok(Some(vec![item(&value, Origin::None)?.0]));
         }
         if let Ok(d) = value.cast::<PyDict>() {
             return d
                 .keys()
                 .iter()
-                .map(|k| item(&k, Origin::None))
+                .map(|k| Ok(item(&k, Origin::None)?.0))
                 .collect::<PyResult<_>>()
                 .map(Some);
         }
@@ -221,14 +219,14 @@ impl PyCompiledTemplate {
         }
         let items = items_from_list(list)?;
         let out = f(&self.inner, Ice::List(&items.items)).map_err(|e| to_py_err(&e))?;
-        self.to_py(py, &out, Some(list))
+        self.to_py(py, &out, Some((list, &items.deep)))
     }
 
     fn to_py<'py>(
         &self,
         py: Python<'py>,
         out: &Rendered,
-        input: Option<&Bound<'py, PyList>>,
+        input: Option<(&Bound<'py, PyList>, &[bool])>,
     ) -> PyResult<Bound<'py, PyAny>> {
         match out {
             Rendered::Str(s) => Ok(PyString::new(py, s).into_any()),
