@@ -129,9 +129,15 @@ _WORDS = (
     "velocity theorem integral function matrix vector eigenvalue probability variance "
     "court statute plaintiff defendant contract liability negligence constitution treaty "
     "market demand supply inflation elasticity revenue monopoly tariff deficit exchange "
-    "patient diagnosis symptom therapy dosage syndrome chronic acute infection tissue "
-    "café naïve résumé façade déjà\u2013vu Schrödinger Gödel Poincaré Erdős"
+    "patient diagnosis symptom therapy dosage syndrome chronic acute infection tissue"
 ).split()
+# Occasional non-ASCII words, as in real benchmark text (names, curly quotes, symbols): one word
+# in NON_ASCII_EVERY, so about 10% of MMLU-sized rows and 5% of W1 rows contain one.
+_NON_ASCII_WORDS = (
+    "café naïve résumé déjà\u2013vu Schrödinger Gödel Poincaré Erdős \u201cso-called\u201d "
+    "it\u2019s 90\u00b0C \u03c0r\u00b2 5\u00d710\u207b\u00b3 \u221a2 \u03bcm"
+).split()
+NON_ASCII_EVERY = 700
 
 
 def _text(rng: random.Random, lo: int, hi: int) -> str:
@@ -140,7 +146,8 @@ def _text(rng: random.Random, lo: int, hi: int) -> str:
     words: list[str] = []
     n = 0
     while n < target:
-        w = rng.choice(_WORDS)
+        pool = _NON_ASCII_WORDS if rng.randrange(NON_ASCII_EVERY) == 0 else _WORDS
+        w = rng.choice(pool)
         words.append(w)
         n += len(w) + 1
     s = " ".join(words)[:target].rstrip()
@@ -421,3 +428,36 @@ def test_w2_prompt_shape(ours: Any, reference: Any) -> None:
     assert out.count("<|im_start|>assistant\n") == 6
     assert out.endswith("\nAnswer: <|im_end|>\n<|im_start|>assistant\n")
     assert rendered(ours, W2, 1) == [out]
+
+
+@pytest.mark.parametrize(
+    ("wl", "retriever"),
+    [(W1, "ZeroRetriever"), (W2, "FixKRetriever")],
+    ids=["W1-zero", "W2-fixk"],
+)
+def test_render_rows_is_the_opencompass_pipeline(
+    wl: Workload, retriever: str, ours: Any, reference: Any, refload: Any
+) -> None:
+    """``render_rows`` == OpenCompass's own retriever + ``GenInferencer`` prompt building (over
+    a HF ``DatasetReader``), then ``parse_template(..., 'gen')`` -- on both implementations."""
+    M, n = reference, 40
+    setup = wl.setup(M)
+    out_col = setup["output_column"]
+    train = wl.train() or wl.rows(n)  # ZeroRetriever still needs a train split
+    ds = refload.make_dataset(M, train, wl.rows(n), output_column=out_col)
+    if retriever == "FixKRetriever":
+        ret = M.FixKRetriever(ds, fix_id_list=setup["fix_id_list"])
+    else:
+        ret = M.ZeroRetriever(ds)
+    prompts = M.GenInferencer.get_generation_prompt_list_from_retriever_indices(
+        None,  # `self` is only used when max_seq_len is set
+        ret.retrieve(),
+        ret,
+        "",
+        max_seq_len=None,
+        ice_template=setup.get("ice_template"),
+        prompt_template=setup["prompt_template"],
+    )
+    want = [setup["parser"].parse_template(p, mode="gen") for p in prompts]
+    _check(render_rows(M, wl.rows(n), wl.train(), **setup), want, f"{wl.name} reference")
+    _check(rendered(ours, wl, n), want, f"{wl.name} ours")

@@ -4,6 +4,7 @@
   (``<repo>/../shared/spec/golden`` or ``$PROMPTWEAVE_GOLDEN_DIR``).  Every benchmark compares
   against it, so when the reference wheels are not installed the benchmarks are skipped -- or
   fail, when ``PROMPTWEAVE_REQUIRE_REFERENCE=1`` (CI).
+* ``refload`` is that module itself (``refload.make_dataset`` builds a real DatasetReader).
 * ``ours`` is the ``promptweave`` package (OpenCompass flavour), seen through the same names.
 """
 
@@ -51,10 +52,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Mod
 
 
 @pytest.fixture(scope="session")
-def reference() -> Any:
-    """OpenCompass 0.5.4's prompt-building classes (``M.PromptTemplate`` ...)."""
+def refload() -> ModuleType:
+    """The spec's ``refload`` module, with the OpenCompass namespace loaded."""
     try:
-        return _import_refload().opencompass()
+        module = _import_refload()
+        module.opencompass()
+        return module
     except (ImportError, AttributeError, OSError) as exc:
         reason = (
             f"reference implementation not importable (golden dir {golden_dir()}): "
@@ -63,6 +66,12 @@ def reference() -> Any:
         if os.environ.get(REQUIRE_REFERENCE_ENV) == "1":
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def reference(refload: ModuleType) -> Any:
+    """OpenCompass 0.5.4's prompt-building classes (``M.PromptTemplate`` ...)."""
+    return refload.opencompass()
 
 
 @pytest.fixture(scope="session")

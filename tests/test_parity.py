@@ -177,6 +177,18 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return str(request.param)
 
 
+class _Impls(dict):  # type: ignore[type-arg]
+    """The reference namespaces, with a short repr for hypothesis' falsifying examples."""
+
+    def __repr__(self) -> str:
+        return "<reference>"
+
+
+@pytest.fixture
+def impls(reference: dict[str, Any]) -> dict[str, Any]:
+    return _Impls(reference)
+
+
 @pytest.fixture
 def rust_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_backend, "FORCE_PYTHON", False)
@@ -556,8 +568,9 @@ def run_pipeline(reference: dict[str, Any], fw: str, data: Any, *, well_typed: b
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_safe_format(reference: dict[str, Any], fw: str, backend: str, data: Any) -> None:
-    ours_api, ref_api = apis(reference, fw)
+def test_safe_format(
+    impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
+    ours_api, ref_api = apis(impls, fw)
     template = data.draw(template_texts(max_pieces=8, surrogates=True), label="template")
     row = data.draw(rows(), label="row")
     both(
@@ -572,8 +585,9 @@ def test_safe_format(reference: dict[str, Any], fw: str, backend: str, data: Any
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_prompt_list_operations(reference: dict[str, Any], fw: str, backend: str, data: Any) -> None:
-    ours_api, ref_api = apis(reference, fw)
+def test_prompt_list_operations(
+    impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
+    ours_api, ref_api = apis(impls, fw)
     items = data.draw(prompt_lists(), label="items")
     row = data.draw(rows(), label="row")
 
@@ -636,20 +650,21 @@ def test_prompt_list_operations(reference: dict[str, Any], fw: str, backend: str
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_template_pipeline(reference: dict[str, Any], fw: str, backend: str, data: Any) -> None:
+def test_template_pipeline(
+    impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
     """template -> ICE (generate_ice_item of 0..5 train rows) -> generate_item /
     generate_label_prompt_item -> LMTemplateParser / APITemplateParser.parse_template."""
-    run_pipeline(reference, fw, data, well_typed=False)
+    run_pipeline(impls, fw, data, well_typed=False)
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
 def test_parsers_on_prompt_lists(
-    reference: dict[str, Any], fw: str, backend: str, data: Any
+    impls: dict[str, Any], fw: str, backend: str, data: Any
 ) -> None:
     """parse_template on dialogue-shaped PromptLists (some with broken section structure)."""
-    ours_api, ref_api = apis(reference, fw)
+    ours_api, ref_api = apis(impls, fw)
     items = data.draw(dialogue_prompt_lists(), label="prompt")
     meta = data.draw(meta_templates(), label="meta template")
     mode = data.draw(st.sampled_from(["gen", "ppl"]), label="mode")
@@ -672,12 +687,12 @@ def test_parsers_on_prompt_lists(
 @SETTINGS
 @given(data=st.data())
 def test_rust_core_does_not_fall_back(
-    reference: dict[str, Any], fw: str, rust_backend: None, data: Any
+    impls: dict[str, Any], fw: str, rust_backend: None, data: Any
 ) -> None:
     """On well-typed inputs (str values without surrogates, str role fields, standard markers)
     every call the reference completes is rendered by the Rust core, and still matches."""
     before = _backend.fallbacks
-    results = run_pipeline(reference, fw, data, well_typed=True)
+    results = run_pipeline(impls, fw, data, well_typed=True)
     # a stage that raised (in the reference) may legitimately use the Python path to build
     # the exact error; only check when every stage returned a value
     if all(r.ok for _, _, r in results):
@@ -687,7 +702,7 @@ def test_rust_core_does_not_fall_back(
         )
 
     # the parsers alone, on dialogue-shaped PromptLists
-    ours_api, ref_api = apis(reference, fw)
+    ours_api, ref_api = apis(impls, fw)
     items = data.draw(dialogue_prompt_lists(well_typed=True), label="prompt")
     meta = data.draw(meta_templates(well_typed=True), label="meta template")
     mode = data.draw(st.sampled_from(["gen", "ppl"]), label="mode")

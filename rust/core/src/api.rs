@@ -41,7 +41,7 @@ fn py_space(c: char) -> bool {
 
 impl MetaTemplate {
     /// `APITemplateParser.parse_template` for one prompt list.
-    pub fn render_api(&self, items: &[Item], mode: Mode, flavor: Flavor) -> Result<ApiOutput> {
+    pub fn render_api(&self, items: &[Item<'_>], mode: Mode, flavor: Flavor) -> Result<ApiOutput> {
         let mut msgs: Vec<ApiMessage> = Vec::new();
         let mut ignored_texts = 0;
         let mut generate = true;
@@ -188,7 +188,7 @@ mod tests {
         .unwrap()
     }
 
-    fn round(items: Vec<Item>) -> Vec<Item> {
+    fn round(items: Vec<Item<'static>>) -> Vec<Item<'static>> {
         let mut v = vec![Item::Marker(Marker::new(Section::Round, Pos::Begin))];
         v.extend(items);
         v.push(Item::Marker(Marker::new(Section::Round, Pos::End)));

@@ -121,7 +121,7 @@ impl<'a> Merged<'a> {
     }
 
     /// `role_dict[role].update(item)`
-    pub(crate) fn update(&mut self, item: &'a RoleItem) {
+    pub(crate) fn update(&mut self, item: &'a RoleItem<'_>) {
         let s = &item.spec;
         if let Some(b) = &s.begin {
             self.begin = Some(b);
@@ -190,7 +190,7 @@ impl MetaTemplate {
 
     /// The role-dict entry a dialogue item updates: its role if known (round or reserved), else
     /// its truthy `fallback_role`, which must be known.
-    pub(crate) fn resolve(&self, item: &RoleItem, index: usize) -> Result<usize> {
+    pub(crate) fn resolve(&self, item: &RoleItem<'_>, index: usize) -> Result<usize> {
         let role = item.role().ok_or(Error::MissingRole { item: index })?;
         if let Some(i) = self.role_index(role) {
             return Ok(i);
@@ -269,7 +269,7 @@ impl MetaTemplate {
     }
 
     /// `LMTemplateParser.parse_template` for one prompt list.
-    pub fn render_lm(&self, items: &[Item], mode: Mode) -> Result<String> {
+    pub fn render_lm(&self, items: &[Item<'_>], mode: Mode) -> Result<String> {
         let mut out = String::with_capacity(estimate(items));
         let mut generate = true;
         let mut stack: Vec<(Section, usize)> = Vec::new();
@@ -357,12 +357,12 @@ impl MetaTemplate {
     }
 }
 
-fn estimate(items: &[Item]) -> usize {
+fn estimate(items: &[Item<'_>]) -> usize {
     items
         .iter()
         .map(|i| match i {
             Item::Text(s) => s.len(),
-            Item::Role(r) => r.prompt.as_ref().map_or(0, String::len) + 32,
+            Item::Role(r) => r.prompt.as_ref().map_or(0, |p| p.len()) + 32,
             Item::Marker(_) => 0,
         })
         .sum::<usize>()
@@ -391,17 +391,17 @@ mod tests {
         .unwrap()
     }
 
-    fn dlg(items: Vec<Item>) -> Vec<Item> {
+    fn dlg(items: Vec<Item<'static>>) -> Vec<Item<'static>> {
         let mut v = vec![Item::Marker(Marker::new(Section::Round, Pos::Begin))];
         v.extend(items);
         v.push(Item::Marker(Marker::new(Section::Round, Pos::End)));
         v
     }
 
-    fn h(p: &str) -> Item {
+    fn h(p: &str) -> Item<'static> {
         Item::Role(RoleItem::new("HUMAN", Some(p)))
     }
-    fn b(p: &str) -> Item {
+    fn b(p: &str) -> Item<'static> {
         Item::Role(RoleItem::new("BOT", Some(p)))
     }
 

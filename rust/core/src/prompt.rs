@@ -1,6 +1,6 @@
 //! The `PromptList` intermediate form: free text, role items and section markers.
 
-use std::sync::Arc;
+use std::borrow::Cow;
 
 /// A dialogue section named by a marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,49 +94,67 @@ pub enum Origin {
     Input(u32),
 }
 
-/// The static fields of a role item (shared between the renders of a compiled template).
+/// The fields of a role item other than its prompt.
 ///
 /// `None` means "key absent"; the meta walk treats an item's present keys as overrides of the
-/// meta role's keys, as the reference's `dict.update` does.
+/// meta role's keys, as the reference's `dict.update` does. Strings are borrowed where they can
+/// be (from a compiled template, or from the caller's input), so a render allocates no copies.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RoleSpecItem {
+pub struct RoleSpecItem<'a> {
     /// `role`
-    pub role: Option<String>,
+    pub role: Option<Cow<'a, str>>,
     /// `fallback_role`
-    pub fallback_role: Option<String>,
+    pub fallback_role: Option<Cow<'a, str>>,
     /// `begin` override
-    pub begin: Option<String>,
+    pub begin: Option<Cow<'a, str>>,
     /// `end` override
-    pub end: Option<String>,
+    pub end: Option<Cow<'a, str>>,
     /// `api_role` override
-    pub api_role: Option<String>,
+    pub api_role: Option<Cow<'a, str>>,
     /// `generate` override (its truthiness)
     pub generate: Option<bool>,
     /// where the item came from
     pub origin: Origin,
 }
 
-/// A role item: a dict with `role`, usually `prompt`, possibly other keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoleItem {
-    /// the static part
-    pub spec: Arc<RoleSpecItem>,
-    /// `prompt` (absent when `None`)
-    pub prompt: Option<String>,
+impl RoleSpecItem<'_> {
+    /// A view of `self` borrowing its strings.
+    pub fn view(&self) -> RoleSpecItem<'_> {
+        RoleSpecItem {
+            role: self.role.as_deref().map(Cow::Borrowed),
+            fallback_role: self.fallback_role.as_deref().map(Cow::Borrowed),
+            begin: self.begin.as_deref().map(Cow::Borrowed),
+            end: self.end.as_deref().map(Cow::Borrowed),
+            api_role: self.api_role.as_deref().map(Cow::Borrowed),
+            generate: self.generate,
+            origin: self.origin,
+        }
+    }
 }
 
-impl RoleItem {
+/// A role item: a dict with `role`, usually `prompt`, possibly other keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleItem<'a> {
+    /// the fields other than the prompt
+    pub spec: RoleSpecItem<'a>,
+    /// `prompt` (absent when `None`)
+    pub prompt: Option<Cow<'a, str>>,
+}
+
+impl RoleItem<'static> {
     /// A role item with just `role` and `prompt`.
     pub fn new(role: &str, prompt: Option<&str>) -> Self {
         Self {
-            spec: Arc::new(RoleSpecItem {
-                role: Some(role.to_owned()),
+            spec: RoleSpecItem {
+                role: Some(Cow::Owned(role.to_owned())),
                 ..RoleSpecItem::default()
-            }),
-            prompt: prompt.map(str::to_owned),
+            },
+            prompt: prompt.map(|p| Cow::Owned(p.to_owned())),
         }
     }
+}
 
+impl RoleItem<'_> {
     /// The role name, if any.
     pub fn role(&self) -> Option<&str> {
         self.spec.role.as_deref()
@@ -145,24 +163,62 @@ impl RoleItem {
 
 /// One element of a prompt list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Item {
+pub enum Item<'a> {
     /// free text
-    Text(String),
+    Text(Cow<'a, str>),
     /// a section marker
     Marker(Marker),
     /// a role item
-    Role(RoleItem),
+    Role(RoleItem<'a>),
+}
+
+fn own(c: Option<Cow<'_, str>>) -> Option<Cow<'static, str>> {
+    c.map(|s| Cow::Owned(s.into_owned()))
+}
+
+impl Item<'_> {
+    /// An owned copy of `self`, independent of the data it borrowed.
+    pub fn into_static(self) -> Item<'static> {
+        match self {
+            Item::Text(s) => Item::Text(Cow::Owned(s.into_owned())),
+            Item::Marker(m) => Item::Marker(m),
+            Item::Role(r) => Item::Role(RoleItem {
+                spec: RoleSpecItem {
+                    role: own(r.spec.role),
+                    fallback_role: own(r.spec.fallback_role),
+                    begin: own(r.spec.begin),
+                    end: own(r.spec.end),
+                    api_role: own(r.spec.api_role),
+                    generate: r.spec.generate,
+                    origin: r.spec.origin,
+                },
+                prompt: own(r.prompt),
+            }),
+        }
+    }
+
+    /// A view of `self` borrowing its strings (cheap: no allocation).
+    pub fn view(&self) -> Item<'_> {
+        match self {
+            Item::Text(s) => Item::Text(Cow::Borrowed(s)),
+            Item::Marker(m) => Item::Marker(*m),
+            Item::Role(r) => Item::Role(RoleItem {
+                spec: r.spec.view(),
+                prompt: r.prompt.as_deref().map(Cow::Borrowed),
+            }),
+        }
+    }
 }
 
 /// The no-meta-template join shared by both parsers: non-empty texts and truthy prompts joined
 /// with `'\n'`, where every non-marker item (even an empty one) arms the separator.
-pub fn join_plain(items: &[Item]) -> String {
+pub fn join_plain(items: &[Item<'_>]) -> String {
     let mut out = String::new();
     let mut sep = "";
     for item in items {
         let text = match item {
             Item::Marker(_) => continue,
-            Item::Text(s) => s.as_str(),
+            Item::Text(s) => s,
             Item::Role(r) => r.prompt.as_deref().unwrap_or(""),
         };
         if !text.is_empty() {
@@ -181,7 +237,7 @@ mod tests {
     #[test]
     fn join_plain_empty_items_arm_separator() {
         let items = vec![
-            Item::Text(String::new()),
+            Item::Text("".into()),
             Item::Text("a".into()),
             Item::Role(RoleItem::new("X", Some(""))),
             Item::Role(RoleItem::new("Y", Some("b"))),

@@ -1,27 +1,29 @@
 //! Replacing the ice token (`</E>`) by an in-context example: `PromptList.replace` semantics.
 
+use std::borrow::Cow;
+
 use crate::error::{Error, Result};
 use crate::format::replace;
 use crate::prompt::{Item, RoleItem};
 
 /// An in-context example to splice in: text, or a list of items.
 #[derive(Debug, Clone, Copy)]
-pub enum Ice<'a> {
+pub enum Ice<'i, 'a> {
     /// a string (string templates, or string ICE into a dialogue)
-    Str(&'a str),
+    Str(&'i str),
     /// a prompt list (dialogue ICE)
-    List(&'a [Item]),
+    List(&'i [Item<'a>]),
 }
 
 /// Delete every occurrence of `token` from a string.
-pub(crate) fn delete(s: &mut String, token: &str) {
-    if let std::borrow::Cow::Owned(new) = replace(s, token, "") {
-        *s = new;
+pub(crate) fn delete(s: &mut Cow<'_, str>, token: &str) {
+    if let Cow::Owned(new) = replace(s, token, "") {
+        *s = Cow::Owned(new);
     }
 }
 
 /// Delete `token` from every text item and every role prompt.
-pub(crate) fn delete_in_items(items: &mut [Item], token: &str) {
+pub(crate) fn delete_in_items(items: &mut [Item<'_>], token: &str) {
     for item in items {
         match item {
             Item::Text(s) => delete(s, token),
@@ -38,7 +40,11 @@ pub(crate) fn delete_in_items(items: &mut [Item], token: &str) {
 /// * string ICE: replaced inside text items and role prompts;
 /// * list ICE: text items are split on the token, non-empty pieces kept, the ICE items inserted
 ///   between pieces; a role prompt containing the token is an error.
-pub(crate) fn replace_in_items(items: Vec<Item>, token: &str, ice: Ice<'_>) -> Result<Vec<Item>> {
+pub(crate) fn replace_in_items<'a>(
+    items: Vec<Item<'a>>,
+    token: &str,
+    ice: Ice<'_, 'a>,
+) -> Result<Vec<Item<'a>>> {
     match ice {
         Ice::Str(text) => {
             let mut items = items;
@@ -50,8 +56,8 @@ pub(crate) fn replace_in_items(items: Vec<Item>, token: &str, ice: Ice<'_>) -> R
                     }) => p,
                     _ => continue,
                 };
-                if let std::borrow::Cow::Owned(new) = replace(target, token, text) {
-                    *target = new;
+                if let Cow::Owned(new) = replace(target, token, text) {
+                    *target = Cow::Owned(new);
                 }
             }
             Ok(items)
@@ -80,7 +86,7 @@ pub(crate) fn replace_in_items(items: Vec<Item>, token: &str, ice: Ice<'_>) -> R
                         let mut pieces = s.split(token).peekable();
                         while let Some(piece) = pieces.next() {
                             if !piece.is_empty() {
-                                out.push(Item::Text(piece.to_owned()));
+                                out.push(Item::Text(Cow::Owned(piece.to_owned())));
                             }
                             if pieces.peek().is_some() {
                                 out.extend(list.iter().cloned());

@@ -25,11 +25,11 @@ pub enum Substitution {
 /// A dialogue template, pre-encoded into prompt lists.
 #[derive(Debug, Clone)]
 pub struct Dialogue {
-    full: Option<Vec<Item>>,
-    ice: Option<Vec<Item>>,
+    full: Option<Vec<Item<'static>>>,
+    ice: Option<Vec<Item<'static>>>,
 }
 
-fn marker(section: Section, pos: Pos) -> Item {
+fn marker(section: Section, pos: Pos) -> Item<'static> {
     Item::Marker(Marker::new(section, pos))
 }
 
@@ -38,7 +38,11 @@ impl Dialogue {
     /// the template has no `round` and fails when used).
     ///
     /// The `end` section is opened with a `pos = end` marker, as the reference does.
-    pub fn new(begin: Option<Vec<Item>>, round: Option<Vec<Item>>, end: Option<Vec<Item>>) -> Self {
+    pub fn new(
+        begin: Option<Vec<Item<'static>>>,
+        round: Option<Vec<Item<'static>>>,
+        end: Option<Vec<Item<'static>>>,
+    ) -> Self {
         let Some(round) = round else {
             return Self {
                 full: None,
@@ -69,7 +73,7 @@ impl Dialogue {
         }
     }
 
-    fn encoded(&self, ice: bool) -> Result<&[Item]> {
+    fn encoded(&self, ice: bool) -> Result<&[Item<'static>]> {
         let items = if ice { &self.ice } else { &self.full };
         items.as_deref().ok_or(Error::MissingRound)
     }
@@ -88,11 +92,11 @@ pub enum Body {
 
 /// The result of rendering: a string, or a prompt list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rendered {
+pub enum Rendered<'a> {
     /// from a string template
     Str(String),
     /// from a dialogue template
-    List(Vec<Item>),
+    List(Vec<Item<'a>>),
 }
 
 /// A compiled prompt template.
@@ -141,34 +145,34 @@ impl PromptTemplate {
     }
 
     /// `generate_ice_item(entry, label)`: one in-context example.
-    pub fn ice_item(&self, row: &Entries<'_>, label: usize) -> Result<Rendered> {
+    pub fn ice_item(&self, row: &Entries<'_>, label: usize) -> Result<Rendered<'_>> {
         self.render(row, label, None, Op::IceItem)
     }
 
     /// `generate_label_prompt_item(entry, ice, label, remain_sep)`: a PPL prompt for `label`.
-    pub fn label_prompt_item(
-        &self,
+    pub fn label_prompt_item<'a>(
+        &'a self,
         row: &Entries<'_>,
-        ice: Ice<'_>,
+        ice: Ice<'_, 'a>,
         label: usize,
         remain_sep: bool,
-    ) -> Result<Rendered> {
+    ) -> Result<Rendered<'a>> {
         self.render(row, label, Some(ice), Op::LabelPrompt { remain_sep })
     }
 
     /// `generate_item(entry, ...)` with `row` already masked by the caller: a generation prompt
     /// (label dicts use their first body).
-    pub fn item(&self, row: &Entries<'_>, ice: Ice<'_>) -> Result<Rendered> {
+    pub fn item<'a>(&'a self, row: &Entries<'_>, ice: Ice<'_, 'a>) -> Result<Rendered<'a>> {
         self.render(row, 0, Some(ice), Op::Item)
     }
 
-    fn render(
-        &self,
+    fn render<'a>(
+        &'a self,
         row: &Entries<'_>,
         label: usize,
-        ice: Option<Ice<'_>>,
+        ice: Option<Ice<'_, 'a>>,
         op: Op,
-    ) -> Result<Rendered> {
+    ) -> Result<Rendered<'a>> {
         let body = self.body(label)?;
         let tok = self.ice_token.as_deref();
         // the ICE only goes in where there is a token; IceItem deletes the token instead
@@ -185,25 +189,17 @@ impl PromptTemplate {
             Substitution::Compat => match body {
                 Body::Str(s) => compat_str(s, row, tok, sep, ice, op).map(Rendered::Str),
                 Body::Dialogue(d) => {
-                    let items = d.encoded(op == Op::IceItem)?.to_vec();
+                    let items = d
+                        .encoded(op == Op::IceItem)?
+                        .iter()
+                        .map(Item::view)
+                        .collect();
                     compat_list(items, row, tok, sep, ice, op).map(Rendered::List)
                 }
                 Body::Invalid => Err(Error::InvalidLabelBody { index: label }),
             },
             Substitution::SinglePass => {
-                let sep = if op == Op::IceItem {
-                    self.sep_token.as_deref()
-                } else {
-                    sep
-                };
-                match body {
-                    Body::Str(s) => single_str(s, row, tok, sep, ice).map(Rendered::Str),
-                    Body::Dialogue(d) => {
-                        single_list(d.encoded(op == Op::IceItem)?, row, tok, sep, ice)
-                            .map(Rendered::List)
-                    }
-                    Body::Invalid => Err(Error::InvalidLabelBody { index: label }),
-                }
+                single_pass(body, label, row, tok, self.sep_token.as_deref(), ice, op)
             }
         }
     }
@@ -221,10 +217,10 @@ fn compat_str(
     row: &Entries<'_>,
     tok: Option<&str>,
     sep: Option<&str>,
-    ice: Option<Ice<'_>>,
+    ice: Option<Ice<'_, '_>>,
     op: Op,
 ) -> Result<String> {
-    let mut t = template.to_owned();
+    let mut t = Cow::Borrowed(template);
     let sep_first = matches!(op, Op::LabelPrompt { .. });
     if sep_first {
         if let Some(sep) = sep {
@@ -236,7 +232,7 @@ fn compat_str(
             (Op::IceItem, _) | (_, None) => delete(&mut t, tok),
             (_, Some(Ice::Str(text))) => {
                 if let Cow::Owned(new) = replace(&t, tok, text) {
-                    t = new;
+                    t = Cow::Owned(new);
                 }
             }
             (_, Some(Ice::List(_))) => return Err(Error::ListIntoString),
@@ -247,21 +243,20 @@ fn compat_str(
             delete(&mut t, sep);
         }
     }
-    let out = safe_format(&t, row);
-    Ok(match out {
-        Cow::Borrowed(_) => t,
+    Ok(match safe_format(&t, row) {
+        Cow::Borrowed(_) => t.into_owned(),
         Cow::Owned(s) => s,
     })
 }
 
-fn compat_list(
-    mut items: Vec<Item>,
+fn compat_list<'a>(
+    mut items: Vec<Item<'a>>,
     row: &Entries<'_>,
     tok: Option<&str>,
     sep: Option<&str>,
-    ice: Option<Ice<'_>>,
+    ice: Option<Ice<'_, 'a>>,
     op: Op,
-) -> Result<Vec<Item>> {
+) -> Result<Vec<Item<'a>>> {
     let sep_first = matches!(op, Op::LabelPrompt { .. });
     if sep_first {
         if let Some(sep) = sep {
@@ -284,7 +279,7 @@ fn compat_list(
 }
 
 /// `PromptList.format(**row)`: text items and role prompts are substituted.
-pub(crate) fn format_items(items: &mut [Item], row: &Entries<'_>) {
+pub(crate) fn format_items(items: &mut [Item<'_>], row: &Entries<'_>) {
     for item in items {
         let target = match item {
             Item::Text(s) => s,
@@ -294,16 +289,17 @@ pub(crate) fn format_items(items: &mut [Item], row: &Entries<'_>) {
             _ => continue,
         };
         if let Cow::Owned(new) = safe_format(target, row) {
-            *target = new;
+            *target = Cow::Owned(new);
         }
     }
 }
 
 /// Single-pass: split on the ice token, delete the sep token and substitute each piece.
 fn pieces<'t>(s: &'t str, row: &Entries<'_>, tok: Option<&str>, sep: Option<&str>) -> Vec<String> {
+    // an empty token splits around every character, as `str.replace('', x)` inserts there
     let raw: Vec<&'t str> = match tok {
-        Some(tok) if !tok.is_empty() => s.split(tok).collect(),
-        _ => vec![s],
+        Some(tok) => s.split(tok).collect(),
+        None => vec![s],
     };
     raw.into_iter()
         .map(|piece| {
@@ -317,12 +313,81 @@ fn pieces<'t>(s: &'t str, row: &Entries<'_>, tok: Option<&str>, sep: Option<&str
         .collect()
 }
 
+/// Single-pass rendering. Token handling is the reference's (the sep token is deleted from the
+/// template before the ice token is located for PPL prompts, from the template pieces and from
+/// the ICE for generation prompts, and kept in in-context examples); only substitution differs:
+/// one scan per template piece, and the ICE is inserted afterwards, never re-formatted.
+fn single_pass<'a>(
+    body: &'a Body,
+    label: usize,
+    row: &Entries<'_>,
+    tok: Option<&str>,
+    sep: Option<&str>,
+    ice: Option<Ice<'_, 'a>>,
+    op: Op,
+) -> Result<Rendered<'a>> {
+    let (sep_pre, sep_post) = match op {
+        Op::IceItem | Op::LabelPrompt { remain_sep: true } => (None, None),
+        Op::LabelPrompt { remain_sep: false } => (sep, None),
+        Op::Item => (None, sep),
+    };
+    // generation prompts: the reference deletes the sep token after the ICE went in
+    let ice_text;
+    let ice_items;
+    let ice = match (ice, sep_post) {
+        (Some(Ice::Str(text)), Some(sep)) => {
+            ice_text = replace(text, sep, "");
+            Some(Ice::Str(&ice_text))
+        }
+        (Some(Ice::List(list)), Some(sep)) => {
+            let mut items: Vec<Item<'a>> = list.to_vec();
+            delete_in_items(&mut items, sep);
+            ice_items = items;
+            Some(Ice::List(&ice_items))
+        }
+        (ice, _) => ice,
+    };
+    match body {
+        Body::Str(s) => {
+            let mut t = Cow::Borrowed(s.as_str());
+            if let Some(sep) = sep_pre {
+                delete(&mut t, sep);
+            }
+            if op == Op::IceItem {
+                if let Some(tok) = tok {
+                    delete(&mut t, tok);
+                }
+                return Ok(Rendered::Str(single_pass_format(&t, row).into_owned()));
+            }
+            single_str(&t, row, tok, sep_post, ice).map(Rendered::Str)
+        }
+        Body::Dialogue(d) => {
+            let mut items: Vec<Item<'a>> = d
+                .encoded(op == Op::IceItem)?
+                .iter()
+                .map(Item::view)
+                .collect();
+            if let Some(sep) = sep_pre {
+                delete_in_items(&mut items, sep);
+            }
+            if op == Op::IceItem {
+                if let Some(tok) = tok {
+                    delete_in_items(&mut items, tok);
+                }
+                return single_list(&items, row, None, None, None).map(Rendered::List);
+            }
+            single_list(&items, row, tok, sep_post, ice).map(Rendered::List)
+        }
+        Body::Invalid => Err(Error::InvalidLabelBody { index: label }),
+    }
+}
+
 fn single_str(
     template: &str,
     row: &Entries<'_>,
     tok: Option<&str>,
     sep: Option<&str>,
-    ice: Option<Ice<'_>>,
+    ice: Option<Ice<'_, '_>>,
 ) -> Result<String> {
     let parts = pieces(template, row, tok, sep);
     match ice {
@@ -332,13 +397,13 @@ fn single_str(
     }
 }
 
-fn single_list(
-    items: &[Item],
+fn single_list<'a>(
+    items: &[Item<'a>],
     row: &Entries<'_>,
     tok: Option<&str>,
     sep: Option<&str>,
-    ice: Option<Ice<'_>>,
-) -> Result<Vec<Item>> {
+    ice: Option<Ice<'_, 'a>>,
+) -> Result<Vec<Item<'a>>> {
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         match item {
@@ -349,15 +414,15 @@ fn single_list(
                         let n = parts.len();
                         for (k, part) in parts.into_iter().enumerate() {
                             if !part.is_empty() {
-                                out.push(Item::Text(part));
+                                out.push(Item::Text(Cow::Owned(part)));
                             }
                             if k + 1 < n {
                                 out.extend(list.iter().cloned());
                             }
                         }
                     }
-                    Some(Ice::Str(text)) => out.push(Item::Text(parts.join(text))),
-                    None => out.push(Item::Text(parts.concat())),
+                    Some(Ice::Str(text)) => out.push(Item::Text(Cow::Owned(parts.join(text)))),
+                    None => out.push(Item::Text(Cow::Owned(parts.concat()))),
                 }
             }
             Item::Role(r) => {
@@ -365,7 +430,7 @@ fn single_list(
                     None => None,
                     Some(p) => {
                         let parts = pieces(p, row, tok, sep);
-                        Some(match ice {
+                        Some(Cow::Owned(match ice {
                             Some(Ice::Str(text)) => parts.join(text),
                             Some(Ice::List(_)) if parts.len() > 1 => {
                                 return Err(Error::ListIntoRolePrompt {
@@ -374,7 +439,7 @@ fn single_list(
                                 });
                             }
                             _ => parts.concat(),
-                        })
+                        }))
                     }
                 };
                 out.push(Item::Role(RoleItem {

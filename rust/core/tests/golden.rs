@@ -19,17 +19,16 @@ fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/core")
 }
 
-fn load<T: serde::de::DeserializeOwned>(name: &str) -> T {
+fn load<T: serde::de::DeserializeOwned>(name: &str) -> Result<T, String> {
     let path = fixture_dir().join(name);
     let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()));
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("cannot parse fixture {}: {e}", path.display()))
+        .map_err(|e| format!("cannot read fixture {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("cannot parse fixture {}: {e}", path.display()))
 }
 
 #[test]
-fn safe_format_matches_reference() {
-    let cases: Vec<SafeFormatCase> = load("safe_format.json");
+fn safe_format_matches_reference() -> Result<(), String> {
+    let cases: Vec<SafeFormatCase> = load("safe_format.json")?;
     assert!(
         cases.len() >= 50,
         "safe_format.json has only {} cases (expected at least 50)",
@@ -56,22 +55,26 @@ fn safe_format_matches_reference() {
         cases.len(),
         failures.join("\n")
     );
+    Ok(())
 }
 
 /// Every fixture file in the directory must be valid JSON, so that a truncated or hand-broken
 /// fixture is noticed even before a dedicated test reads it.
 #[test]
-fn all_core_fixtures_parse() {
+fn all_core_fixtures_parse() -> Result<(), String> {
     let dir = fixture_dir();
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
+    let listing = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in listing {
+        let path = entry.map_err(|e| e.to_string())?.path();
         if path.extension().is_some_and(|e| e == "json") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            let _: serde_json::Value = serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("{} is not valid JSON: {e}", path.display()));
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_str::<serde_json::Value>(&text)
+                .map_err(|e| format!("{} is not valid JSON: {e}", path.display()))?;
             seen += 1;
         }
     }
     assert!(seen >= 1, "no fixture in {}", dir.display());
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //!
 //! The case count defaults to 256 per property (override with `PROPTEST_CASES`).
 
-use std::sync::Arc;
+use std::borrow::Cow;
 
 use promptweave_core::{
     Body, Dialogue, Entries, Flavor, Ice, Item, Marker, MetaEntry, MetaTemplate, Mode, Origin, Pos,
@@ -37,18 +37,22 @@ fn small_string(max: usize) -> impl Strategy<Value = String> {
 /// A key: usually a short identifier, sometimes empty, non-ASCII, or containing braces.
 fn key() -> impl Strategy<Value = String> {
     prop_oneof![
-        6 => select(vec!["a", "b", "c", "ab", "x", "question", "answer"]).prop_map(String::from),
+        6 => select(vec!["a", "b", "c", "ab", "ba", "x", "xa", "question", "answer"])
+            .prop_map(String::from),
         1 => Just(String::new()),
         1 => select(vec!["中文", "é", "e\u{301}", "😀", "a b"]).prop_map(String::from),
         2 => small_string(3),
     ]
 }
 
-/// A piece of a template or value; `Ph(i)` refers to the `i`-th key (modulo the key count).
+/// A piece of a template or value; `Ph(i)` is the placeholder of the `i`-th key (modulo the key
+/// count), `Name(i, cut)` a prefix or suffix of its bare name (so that substitutions can join
+/// text into a new placeholder: `{x{a}}` with `a = y` and a key `xy`).
 #[derive(Debug, Clone)]
 enum Seg {
     Lit(String),
     Ph(usize),
+    Name(usize, usize, bool),
     Open,
     Close,
 }
@@ -57,6 +61,7 @@ fn seg() -> impl Strategy<Value = Seg> {
     prop_oneof![
         3 => small_string(4).prop_map(Seg::Lit),
         4 => any::<usize>().prop_map(Seg::Ph),
+        2 => (any::<usize>(), any::<usize>(), any::<bool>()).prop_map(|(i, c, p)| Seg::Name(i, c, p)),
         1 => Just(Seg::Open),
         1 => Just(Seg::Close),
     ]
@@ -78,6 +83,14 @@ fn build(segs: &[Seg], keys: &[String]) -> String {
                     s.push('{');
                     s.push_str(&keys[i % keys.len()]);
                     s.push('}');
+                }
+            }
+            Seg::Name(i, cut, prefix) => {
+                if let Some(k) = keys.get(i % keys.len().max(1)) {
+                    let bounds: Vec<usize> =
+                        (0..=k.len()).filter(|&b| k.is_char_boundary(b)).collect();
+                    let at = bounds[cut % bounds.len()];
+                    s.push_str(if *prefix { &k[..at] } else { &k[at..] });
                 }
             }
             Seg::Open => s.push('{'),
@@ -194,6 +207,38 @@ proptest! {
     fn safe_format_equals_sequential_oracle(c in unique_case()) {
         let got = safe_format(&c.template, &c.entries());
         prop_assert_eq!(got.as_ref(), naive_safe_format(&c.template, &c.pairs));
+    }
+
+    /// (a'') a substituted value joins template text into a placeholder of a later key:
+    /// `pre{l{k}r}post` with `k = v` and a later key `lvr` (and variations of the braces).
+    #[test]
+    fn safe_format_join_into_new_placeholder(
+        pre in small_string(3),
+        l in small_string(2),
+        k in key(),
+        v in small_string(2),
+        r in small_string(2),
+        post in small_string(3),
+        joined_value in small_string(3),
+        joined_first in prop::bool::weighted(0.2),
+        extra_open in any::<bool>(),
+    ) {
+        let lead = if extra_open { "{{" } else { "{" };
+        let template = format!("{pre}{lead}{l}{{{k}}}{r}}}{post}");
+        let joined = format!("{l}{v}{r}");
+        let mut pairs = vec![(k.clone(), v.clone()), (joined, joined_value)];
+        if joined_first {
+            pairs.reverse();
+        }
+        if pairs[0].0 == pairs[1].0 {
+            pairs.pop();
+        }
+        let mut e = Entries::default();
+        for (pk, pv) in &pairs {
+            e.push(pk, pv);
+        }
+        let got = safe_format(&template, &e);
+        prop_assert_eq!(got.as_ref(), naive_safe_format(&template, &pairs));
     }
 
     /// (a') duplicate keys (possible through `Entries::push`) are replaced in order too.
@@ -363,7 +408,7 @@ fn marker() -> impl Strategy<Value = Marker> {
     (section(), select(vec![Pos::Begin, Pos::End])).prop_map(|(s, p)| Marker::new(s, p))
 }
 
-fn role_item() -> impl Strategy<Value = RoleItem> {
+fn role_item() -> impl Strategy<Value = RoleItem<'static>> {
     (
         prop::option::weighted(0.95, role_name()),
         prop::option::weighted(0.3, role_name()),
@@ -376,35 +421,39 @@ fn role_item() -> impl Strategy<Value = RoleItem> {
     )
         .prop_map(
             |(role, fallback_role, begin, end, api_role, generate, prompt, origin)| RoleItem {
-                spec: Arc::new(RoleSpecItem {
-                    role,
-                    fallback_role,
-                    begin,
-                    end,
-                    api_role,
+                spec: RoleSpecItem {
+                    role: role.map(Cow::Owned),
+                    fallback_role: fallback_role.map(Cow::Owned),
+                    begin: begin.map(Cow::Owned),
+                    end: end.map(Cow::Owned),
+                    api_role: api_role.map(Cow::Owned),
                     generate,
                     origin: match origin {
                         0 => Origin::None,
                         1 => Origin::Template(origin),
                         _ => Origin::Input(origin),
                     },
-                }),
-                prompt,
+                },
+                prompt: prompt.map(Cow::Owned),
             },
         )
 }
 
+fn text_item(s: String) -> Item<'static> {
+    Item::Text(Cow::Owned(s))
+}
+
 /// A non-marker item.
-fn content_item() -> impl Strategy<Value = Item> {
+fn content_item() -> impl Strategy<Value = Item<'static>> {
     prop_oneof![
-        1 => small_string(5).prop_map(Item::Text),
-        1 => prop_oneof![Just(String::new()), Just(" \n\t\u{1c}".to_owned())].prop_map(Item::Text),
+        1 => small_string(5).prop_map(text_item),
+        1 => prop_oneof![Just(String::new()), Just(" \n\t\u{1c}".to_owned())].prop_map(text_item),
         5 => role_item().prop_map(Item::Role),
     ]
 }
 
 /// Any item, markers included.
-fn any_item() -> impl Strategy<Value = Item> {
+fn any_item() -> impl Strategy<Value = Item<'static>> {
     prop_oneof![
         3 => content_item(),
         1 => marker().prop_map(Item::Marker),
@@ -412,7 +461,7 @@ fn any_item() -> impl Strategy<Value = Item> {
 }
 
 /// Mostly balanced prompts: sections wrapping content, some stray items between them.
-fn structured_items() -> impl Strategy<Value = Vec<Item>> {
+fn structured_items() -> impl Strategy<Value = Vec<Item<'static>>> {
     prop::collection::vec(
         (
             section(),
@@ -440,7 +489,7 @@ fn structured_items() -> impl Strategy<Value = Vec<Item>> {
     })
 }
 
-fn items() -> impl Strategy<Value = Vec<Item>> {
+fn items() -> impl Strategy<Value = Vec<Item<'static>>> {
     prop_oneof![
         4 => structured_items(),
         1 => prop::collection::vec(any_item(), 0..12),
@@ -627,12 +676,12 @@ fn spliced_text() -> impl Strategy<Value = String> {
     .prop_map(|v| v.concat())
 }
 
-fn dialogue_items() -> impl Strategy<Value = Vec<Item>> {
+fn dialogue_items() -> impl Strategy<Value = Vec<Item<'static>>> {
     prop::collection::vec(
         prop_oneof![
-            1 => spliced_text().prop_map(Item::Text),
+            1 => spliced_text().prop_map(text_item),
             2 => (role_item(), prop::option::weighted(0.9, spliced_text())).prop_map(|(mut r, p)| {
-                r.prompt = p;
+                r.prompt = p.map(Cow::Owned);
                 Item::Role(r)
             }),
         ],
@@ -656,7 +705,7 @@ fn body() -> impl Strategy<Value = Body> {
 #[derive(Debug, Clone)]
 enum IceArg {
     Str(String),
-    List(Vec<Item>),
+    List(Vec<Item<'static>>),
 }
 
 fn ice_arg() -> impl Strategy<Value = IceArg> {
@@ -667,7 +716,7 @@ fn ice_arg() -> impl Strategy<Value = IceArg> {
 }
 
 impl IceArg {
-    fn ice(&self) -> Ice<'_> {
+    fn ice(&self) -> Ice<'_, 'static> {
         match self {
             Self::Str(s) => Ice::Str(s),
             Self::List(l) => Ice::List(l),

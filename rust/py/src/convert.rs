@@ -6,7 +6,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
 use pyo3::{intern, sync::PyOnceLock};
 
 use promptweave_core::{Entries, Item, Marker, Origin, Pos, RoleItem, RoleSpecItem, Section};
-use std::sync::Arc;
+use std::borrow::Cow;
 
 use crate::errors::unsupported;
 
@@ -19,18 +19,6 @@ pub(crate) fn py_str(value: &Bound<'_, PyAny>) -> PyResult<PyBackedStr> {
     };
     // a lone surrogate cannot become UTF-8: the pure-Python path handles it
     PyBackedStr::try_from(s).map_err(|_| unsupported("string that is not valid UTF-8"))
-}
-
-/// An exact `str` (not a subclass, whose `str()` could differ), as owned text.
-fn exact_str(value: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
-    if value.is_exact_instance_of::<PyString>() {
-        let s = value.cast::<PyString>()?;
-        s.to_str()
-            .map(str::to_owned)
-            .map_err(|_| unsupported("string that is not valid UTF-8"))
-    } else {
-        Err(unsupported(what))
-    }
 }
 
 /// The `str()` of every value of a row, in the row's order.
@@ -76,13 +64,6 @@ impl RowStrings {
     }
 }
 
-/// Items converted from a Python list, with the dicts they came from.
-pub(crate) struct InputItems {
-    pub(crate) items: Vec<Item>,
-    /// per input index: copying that dict needs `copy.deepcopy`
-    pub(crate) deep: Vec<bool>,
-}
-
 fn is_plain_value(v: &Bound<'_, PyAny>) -> bool {
     v.is_none()
         || v.is_exact_instance_of::<PyString>()
@@ -103,23 +84,73 @@ fn marker(d: &Bound<'_, PyDict>) -> PyResult<Option<Marker>> {
             "section dict that is not exactly {section, pos}",
         ));
     };
-    let section = Section::from_name(&exact_str(&section, "non-str section")?);
-    let pos = Pos::from_name(&exact_str(&pos, "non-str pos")?);
+    let section = Section::from_name(&backed(&section, "non-str section")?);
+    let pos = Pos::from_name(&backed(&pos, "non-str pos")?);
     match (section, pos) {
         (Some(s), Some(p)) => Ok(Some(Marker::new(s, p))),
         _ => Err(unsupported("unknown section or pos")),
     }
 }
 
+/// A string borrowed from Python (an exact `str`; subclasses could `str()` differently).
+fn backed(value: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBackedStr> {
+    if !value.is_exact_instance_of::<PyString>() {
+        return Err(unsupported(what));
+    }
+    PyBackedStr::try_from(value.cast::<PyString>()?.clone())
+        .map_err(|_| unsupported("string that is not valid UTF-8"))
+}
+
+/// The fields of a role dict that the walks read, borrowed from Python.
+#[derive(Default)]
+pub(crate) struct RawRole {
+    role: Option<PyBackedStr>,
+    prompt: Option<PyBackedStr>,
+    fallback_role: Option<PyBackedStr>,
+    begin: Option<PyBackedStr>,
+    end: Option<PyBackedStr>,
+    api_role: Option<PyBackedStr>,
+    generate: Option<bool>,
+}
+
+/// One prompt-list item as extracted from Python, before it becomes a core `Item`.
+pub(crate) enum Raw {
+    Text(PyBackedStr),
+    Marker(Marker),
+    Role(Box<RawRole>),
+}
+
+fn cow(s: Option<&PyBackedStr>) -> Option<Cow<'_, str>> {
+    s.map(|s| Cow::Borrowed(&**s))
+}
+
+impl Raw {
+    /// The core item, borrowing the strings.
+    pub(crate) fn item(&self, origin: Origin) -> Item<'_> {
+        match self {
+            Raw::Text(s) => Item::Text(Cow::Borrowed(s)),
+            Raw::Marker(m) => Item::Marker(*m),
+            Raw::Role(r) => Item::Role(RoleItem {
+                spec: RoleSpecItem {
+                    role: cow(r.role.as_ref()),
+                    fallback_role: cow(r.fallback_role.as_ref()),
+                    begin: cow(r.begin.as_ref()),
+                    end: cow(r.end.as_ref()),
+                    api_role: cow(r.api_role.as_ref()),
+                    generate: r.generate,
+                    origin,
+                },
+                prompt: cow(r.prompt.as_ref()),
+            }),
+        }
+    }
+}
+
 /// A role dict: the keys the walks read are taken; other keys stay in the source dict.
-/// Returns the item and whether copying the dict needs `copy.deepcopy`.
-pub(crate) fn role_item(d: &Bound<'_, PyDict>, origin: Origin) -> PyResult<(RoleItem, bool)> {
+/// Returns the fields and whether copying the dict needs `copy.deepcopy`.
+fn raw_role(d: &Bound<'_, PyDict>) -> PyResult<(RawRole, bool)> {
     let py = d.py();
-    let mut spec = RoleSpecItem {
-        origin,
-        ..RoleSpecItem::default()
-    };
-    let mut prompt = None;
+    let mut r = RawRole::default();
     let mut deep = false;
     for (k, v) in d.iter() {
         deep |= !is_plain_value(&v);
@@ -138,59 +169,72 @@ pub(crate) fn role_item(d: &Bound<'_, PyDict>, origin: Origin) -> PyResult<(Role
             }
         };
         match key {
-            "role" => spec.role = Some(exact_str(&v, "non-str role")?),
-            "prompt" => prompt = Some(exact_str(&v, "non-str prompt")?),
+            "role" => r.role = Some(backed(&v, "non-str role")?),
+            "prompt" => r.prompt = Some(backed(&v, "non-str prompt")?),
             "fallback_role" => {
                 // only its truthiness and name matter: a falsy non-str is like no fallback
-                spec.fallback_role = if v.is_truthy()? {
-                    Some(exact_str(&v, "non-str fallback_role")?)
+                r.fallback_role = if v.is_truthy()? {
+                    Some(backed(&v, "non-str fallback_role")?)
                 } else {
                     None
                 };
             }
-            "begin" => spec.begin = Some(exact_str(&v, "non-str begin")?),
-            "end" => spec.end = Some(exact_str(&v, "non-str end")?),
-            "api_role" => spec.api_role = Some(exact_str(&v, "non-str api_role")?),
-            "generate" => spec.generate = Some(v.is_truthy()?),
+            "begin" => r.begin = Some(backed(&v, "non-str begin")?),
+            "end" => r.end = Some(backed(&v, "non-str end")?),
+            "api_role" => r.api_role = Some(backed(&v, "non-str api_role")?),
+            "generate" => r.generate = Some(v.is_truthy()?),
             "prompt_mm" | "section" => return Err(unsupported("multimodal or section item")),
             _ => {}
         }
     }
-    Ok((
-        RoleItem {
-            spec: Arc::new(spec),
-            prompt,
-        },
-        deep,
-    ))
+    Ok((r, deep))
 }
 
 /// One item of a prompt list, and whether it is a dict whose copy needs `copy.deepcopy`.
-pub(crate) fn item(obj: &Bound<'_, PyAny>, origin: Origin) -> PyResult<(Item, bool)> {
+pub(crate) fn raw_item(obj: &Bound<'_, PyAny>) -> PyResult<(Raw, bool)> {
     if obj.is_exact_instance_of::<PyString>() {
-        return Ok((Item::Text(exact_str(obj, "text")?), false));
+        return Ok((Raw::Text(backed(obj, "text")?), false));
     }
     let d = obj
         .cast::<PyDict>()
         .map_err(|_| unsupported("item that is neither str nor dict"))?;
     if let Some(m) = marker(d)? {
-        return Ok((Item::Marker(m), false));
+        return Ok((Raw::Marker(m), false));
     }
-    let (r, deep) = role_item(d, origin)?;
-    Ok((Item::Role(r), deep))
+    let (r, deep) = raw_role(d)?;
+    Ok((Raw::Role(Box::new(r)), deep))
 }
 
-/// Convert a Python list (a `PromptList` or a plain list) of items.
-pub(crate) fn items_from_list(list: &Bound<'_, PyList>) -> PyResult<InputItems> {
-    let mut items = Vec::with_capacity(list.len());
-    let mut deep = Vec::with_capacity(list.len());
-    for (i, obj) in list.iter().enumerate() {
-        let idx = u32::try_from(i).map_err(|_| unsupported("list too long"))?;
-        let (it, d) = item(&obj, Origin::Input(idx))?;
-        items.push(it);
-        deep.push(d);
+/// A Python list (a `PromptList` or a plain list) of items, extracted.
+pub(crate) struct InputItems {
+    raw: Vec<Raw>,
+    /// per input index: copying that dict needs `copy.deepcopy`
+    pub(crate) deep: Vec<bool>,
+}
+
+impl InputItems {
+    pub(crate) fn from_list(list: &Bound<'_, PyList>) -> PyResult<Self> {
+        if u32::try_from(list.len()).is_err() {
+            return Err(unsupported("list too long"));
+        }
+        let mut raw = Vec::with_capacity(list.len());
+        let mut deep = Vec::with_capacity(list.len());
+        for obj in list.iter() {
+            let (r, d) = raw_item(&obj)?;
+            raw.push(r);
+            deep.push(d);
+        }
+        Ok(Self { raw, deep })
     }
-    Ok(InputItems { items, deep })
+
+    /// The core items, borrowing the extracted strings.
+    pub(crate) fn items(&self) -> Vec<Item<'_>> {
+        self.raw
+            .iter()
+            .enumerate()
+            .map(|(i, r)| r.item(Origin::Input(u32::try_from(i).unwrap_or(u32::MAX))))
+            .collect()
+    }
 }
 
 fn deepcopy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {

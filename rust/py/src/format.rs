@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use crate::convert::{RowStrings, items_from_list};
+use crate::convert::{InputItems, RowStrings};
 
 /// `safe_format(template, entry)` with the reference's sequential semantics.
 #[pyfunction]
@@ -24,6 +24,6 @@ pub(crate) fn single_pass_format(template: &str, entry: &Bound<'_, PyDict>) -> P
 /// The no-meta-template newline join of a prompt list.
 #[pyfunction]
 pub(crate) fn join_plain(items: &Bound<'_, PyList>) -> PyResult<String> {
-    let items = items_from_list(items)?;
-    Ok(promptweave_core::join_plain(&items.items))
+    let items = InputItems::from_list(items)?;
+    Ok(promptweave_core::join_plain(&items.items()))
 }

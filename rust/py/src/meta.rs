@@ -5,7 +5,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{Flavor, MetaEntry, MetaTemplate, Mode, RoleSpec};
 
-use crate::convert::items_from_list;
+use crate::convert::InputItems;
 use crate::errors::{to_py_err, unsupported};
 
 /// A compiled meta template.
@@ -98,9 +98,10 @@ impl PyMetaTemplate {
 
     /// The LM walk: one string.
     fn render_lm(&self, prompt: &Bound<'_, PyList>, gen_mode: bool) -> PyResult<String> {
-        let items = items_from_list(prompt)?;
+        let input = InputItems::from_list(prompt)?;
+        let items = input.items();
         self.inner
-            .render_lm(&items.items, mode(gen_mode))
+            .render_lm(&items, mode(gen_mode))
             .map_err(|e| to_py_err(&e))
     }
 
@@ -113,7 +114,8 @@ impl PyMetaTemplate {
         aisbench: bool,
     ) -> PyResult<(Bound<'py, PyList>, usize)> {
         let py = prompt.py();
-        let items = items_from_list(prompt)?;
+        let input = InputItems::from_list(prompt)?;
+        let items = input.items();
         let flavor = if aisbench {
             Flavor::AisBench
         } else {
@@ -121,7 +123,7 @@ impl PyMetaTemplate {
         };
         let out = self
             .inner
-            .render_api(&items.items, mode(gen_mode), flavor)
+            .render_api(&items, mode(gen_mode), flavor)
             .map_err(|e| to_py_err(&e))?;
         let list = PyList::empty(py);
         if let Some(b) = &out.begin {

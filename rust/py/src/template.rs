@@ -5,7 +5,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
 
-use crate::convert::{RowStrings, Sources, item, items_from_list, items_to_py, role_item};
+use crate::convert::{InputItems, Raw, RowStrings, Sources, items_to_py, raw_item};
 use crate::errors::{to_py_err, unsupported};
 
 /// A compiled prompt template (string, dialogue or label dict).
@@ -22,21 +22,27 @@ struct Compiler<'py> {
 }
 
 impl<'py> Compiler<'py> {
-    fn item(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<Item> {
-        if let Ok(d) = obj.cast::<PyDict>() {
-            if !d.contains(pyo3::intern!(obj.py(), "section"))? {
-                let idx =
-                    u32::try_from(self.sources.len()).map_err(|_| unsupported("too many items"))?;
-                let (r, deep) = role_item(d, Origin::Template(idx))?;
-                self.sources.push((d.clone().unbind(), deep));
-                return Ok(Item::Role(r));
-            }
+    /// A template item, owned by the compiled template; role dicts are kept as sources.
+    fn item(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<Item<'static>> {
+        let (raw, deep) = raw_item(obj)?;
+        if let (Ok(d), Raw::Role(_)) = (obj.cast::<PyDict>(), &raw) {
+            let idx =
+                u32::try_from(self.sources.len()).map_err(|_| unsupported("too many items"))?;
+            self.sources.push((d.clone().unbind(), deep));
+            return Ok(raw.item(Origin::Template(idx)).into_static());
         }
-        Ok(item(obj, Origin::None)?.0)
+        Ok(raw.item(Origin::None).into_static())
+    }
+
+    fn plain(obj: &Bound<'py, PyAny>) -> PyResult<Item<'static>> {
+        Ok(raw_item(obj)?.0.item(Origin::None).into_static())
     }
 
     /// `begin`/`end`: a list is spliced, anything else is one item.
-    fn section(&mut self, value: Option<Bound<'py, PyAny>>) -> PyResult<Option<Vec<Item>>> {
+    fn section(
+        &mut self,
+        value: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Vec<Item<'static>>>> {
         let Some(value) = value else { return Ok(None) };
         if let Ok(list) = value.cast::<PyList>() {
             list.iter()
@@ -48,8 +54,8 @@ impl<'py> Compiler<'py> {
         }
     }
 
-    /// `round`: list-extension semantics (a str is one item, a dict contributes its keys).
-    fn round(&mut self, value: Option<Bound<'py, PyAny>>) -> PyResult<Option<Vec<Item>>> {
+    /// `round`: `PromptList +=` semantics (a non-empty str is one item, a dict contributes its keys).
+    fn round(&mut self, value: Option<Bound<'py, PyAny>>) -> PyResult<Option<Vec<Item<'static>>>> {
         let Some(value) = value else { return Ok(None) };
         if let Ok(list) = value.cast::<PyList>() {
             return list
@@ -59,13 +65,17 @@ impl<'py> Compiler<'py> {
                 .map(Some);
         }
         if value.is_exact_instance_of::<PyString>() {
-            return Ok(Some(vec![item(&value, Origin::None)?.0]));
+            // `PromptList += s` appends a non-empty str and ignores an empty one
+            if value.is_truthy()? {
+                return Ok(Some(vec![Self::plain(&value)?]));
+            }
+            return Ok(Some(Vec::new()));
         }
         if let Ok(d) = value.cast::<PyDict>() {
             return d
                 .keys()
                 .iter()
-                .map(|k| Ok(item(&k, Origin::None)?.0))
+                .map(|k| Self::plain(&k))
                 .collect::<PyResult<_>>()
                 .map(Some);
         }
@@ -169,9 +179,7 @@ impl PyCompiledTemplate {
         remain_sep: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let row = RowStrings::from_dict(entry)?;
-        self.with_ice(ice, |inner, ice| {
-            inner.label_prompt_item(&row.entries(), ice, label, remain_sep)
-        })
+        self.with_ice(ice, &row, WithIce::Label { label, remain_sep })
     }
 
     /// `generate_item(entry, output_field, output_field_replace_token, ice_field_replace_token)`.
@@ -187,28 +195,50 @@ impl PyCompiledTemplate {
         if let Some(field) = output_field {
             row.mask(field, output_field_replace_token)?;
         }
-        self.with_ice(ice, |inner, ice| inner.item(&row.entries(), ice))
+        self.with_ice(ice, &row, WithIce::Item)
     }
 }
 
+/// Which operation takes an in-context example.
+#[derive(Clone, Copy)]
+enum WithIce {
+    Label { label: usize, remain_sep: bool },
+    Item,
+}
+
 impl PyCompiledTemplate {
+    fn call<'a>(
+        &'a self,
+        op: WithIce,
+        row: &RowStrings,
+        ice: Ice<'_, 'a>,
+    ) -> PyResult<Rendered<'a>> {
+        let entries = row.entries();
+        let out = match op {
+            WithIce::Label { label, remain_sep } => self
+                .inner
+                .label_prompt_item(&entries, ice, label, remain_sep),
+            WithIce::Item => self.inner.item(&entries, ice),
+        };
+        out.map_err(|e| to_py_err(&e))
+    }
+
     fn with_ice<'py>(
         &self,
         ice: &Bound<'py, PyAny>,
-        f: impl FnOnce(&PromptTemplate, Ice<'_>) -> promptweave_core::Result<Rendered>,
+        row: &RowStrings,
+        op: WithIce,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = ice.py();
         if !self.has_ice_token {
-            let out = f(&self.inner, Ice::Str("")).map_err(|e| to_py_err(&e))?;
-            return self.to_py(py, &out, None);
+            return self.to_py(py, &self.call(op, row, Ice::Str(""))?, None);
         }
         if ice.is_exact_instance_of::<PyString>() {
             let s = ice.cast::<PyString>()?;
             let text = s
                 .to_str()
                 .map_err(|_| unsupported("ICE that is not valid UTF-8"))?;
-            let out = f(&self.inner, Ice::Str(text)).map_err(|e| to_py_err(&e))?;
-            return self.to_py(py, &out, None);
+            return self.to_py(py, &self.call(op, row, Ice::Str(text))?, None);
         }
         // only a PromptList splices; any other list is the reference's drop-the-item quirk
         let list = ice
@@ -217,15 +247,16 @@ impl PyCompiledTemplate {
         if list.get_type().name()?.to_str()? != "PromptList" {
             return Err(unsupported("ICE list that is not a PromptList"));
         }
-        let items = items_from_list(list)?;
-        let out = f(&self.inner, Ice::List(&items.items)).map_err(|e| to_py_err(&e))?;
-        self.to_py(py, &out, Some((list, &items.deep)))
+        let input = InputItems::from_list(list)?;
+        let items = input.items();
+        let out = self.call(op, row, Ice::List(&items))?;
+        self.to_py(py, &out, Some((list, &input.deep)))
     }
 
     fn to_py<'py>(
         &self,
         py: Python<'py>,
-        out: &Rendered,
+        out: &Rendered<'_>,
         input: Option<(&Bound<'py, PyList>, &[bool])>,
     ) -> PyResult<Bound<'py, PyAny>> {
         match out {
