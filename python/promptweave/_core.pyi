@@ -7,13 +7,13 @@ __version__: str
 class FallbackRequired(Exception):
     """The Rust core cannot render this input; the pure-Python path must."""
 
-def safe_format(template: str, entry: dict[str, Any], /) -> str:
+def safe_format(template: str, entry: dict[str, Any]) -> str:
     """``safe_format`` with the reference's sequential semantics (one-scan fast path inside)."""
 
-def single_pass_format(template: str, entry: dict[str, Any], /) -> str:
+def single_pass_format(template: str, entry: dict[str, Any]) -> str:
     """Injection-free single-scan substitution."""
 
-def join_plain(items: list[Any], /) -> str:
+def join_plain(items: list[Any]) -> str:
     """The no-meta-template newline join of a prompt list."""
 
 @final

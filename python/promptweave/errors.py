@@ -16,8 +16,6 @@ In the AISBench flavour the reference's error code (``ICLR-TYPE-001``, ...) is s
 
 from __future__ import annotations
 
-from functools import cache
-
 __all__ = [
     "ArgumentError",
     "IceTokenError",
@@ -90,12 +88,18 @@ class MultimodalContentError(PromptRenderError, ValueError):
     """A multimodal prompt part is malformed."""
 
 
-@cache
+_COMBINED: dict[tuple[type, type], type] = {}
+
+
 def _combined(family: type[PromptRenderError], compat: type[BaseException]) -> type:
     if issubclass(family, compat):
         return family
-    # Same name as the family: the compat base is an implementation detail.
-    return type(family.__name__, (family, compat), {"__module__": __name__})
+    cls = _COMBINED.get((family, compat))
+    if cls is None:
+        # Same name as the family: the compat base is an implementation detail.
+        cls = type(family.__name__, (family, compat), {"__module__": __name__})
+        _COMBINED[(family, compat)] = cls
+    return cls
 
 
 def make_error(

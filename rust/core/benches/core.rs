@@ -16,7 +16,7 @@ fn bench_safe_format(c: &mut Criterion) {
         row.push(k, v);
     }
     c.bench_function("safe_format_mmlu_row", |b| {
-        b.iter(|| safe_format(black_box(template), &row))
+        b.iter(|| safe_format(black_box(template), &row));
     });
 }
 

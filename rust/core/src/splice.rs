@@ -106,8 +106,8 @@ mod tests {
     use super::*;
     use crate::prompt::{Marker, Pos, Section};
 
-    fn text(s: &str) -> Item {
-        Item::Text(s.into())
+    fn text(s: &str) -> Item<'static> {
+        Item::Text(s.to_owned().into())
     }
 
     #[test]
