@@ -93,6 +93,17 @@ pub enum Error {
     },
     /// The API walk produced no message.
     EmptyResult,
+    /// In-context example indices without an ICE template.
+    MissingIceTemplate,
+    /// In-context examples that render to strings and prompt lists alike.
+    MixedIce,
+    /// An in-context example index beyond the train rows.
+    IceIndexOutOfRange {
+        /// the index
+        index: usize,
+        /// number of train rows
+        rows: usize,
+    },
 }
 
 impl fmt::Display for Error {
@@ -153,6 +164,18 @@ impl fmt::Display for Error {
                 "role '{role}' has no 'prompt' or 'prompt_mm' (invalid prompt content)"
             ),
             Self::EmptyResult => f.write_str("the prompt rendered to no message"),
+            Self::MissingIceTemplate => {
+                f.write_str("in-context example indices were given but there is no ice_template")
+            }
+            Self::MixedIce => {
+                f.write_str("in-context examples render to both strings and prompt lists")
+            }
+            Self::IceIndexOutOfRange { index, rows } => {
+                write!(
+                    f,
+                    "in-context example index {index} is out of range of {rows} train rows"
+                )
+            }
         }
     }
 }

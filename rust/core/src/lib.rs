@@ -13,6 +13,7 @@
 //! * [`splice`]: replacing the ice token by an in-context example (text or item list).
 //! * [`meta`]: a compiled model meta template and the LM walk (one string, `gen`/`ppl`).
 //! * [`api`]: the API walk (role messages, merged) used by API and chat models.
+//! * [`dataset`]: the whole-dataset job (ICE per distinct index list, every row rendered).
 //!
 //! ```
 //! use promptweave_core::{safe_format, Entries};
@@ -58,6 +59,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod dataset;
 pub mod error;
 pub mod format;
 pub mod meta;
@@ -66,6 +68,7 @@ pub mod splice;
 pub mod template;
 
 pub use api::{ApiMessage, ApiOutput, Flavor};
+pub use dataset::{IceGroups, IceValue, Job, Output, Parser, Table, Task, render_rows};
 pub use error::{Error, Result};
 pub use format::{Entries, safe_format, single_pass_format};
 pub use meta::{MetaEntry, MetaTemplate, Mode, RoleSpec};

@@ -1,6 +1,7 @@
 //! PyO3 binding of `promptweave-core`: registration only; the wrappers live in the modules.
 
 mod convert;
+mod dataset;
 mod errors;
 mod format;
 mod meta;
@@ -8,6 +9,8 @@ mod template;
 
 #[pyo3::pymodule]
 mod _core {
+    #[pymodule_export]
+    use crate::dataset::render_dataset;
     #[pymodule_export]
     use crate::errors::FallbackRequired;
     #[pymodule_export]

@@ -46,6 +46,13 @@ fn mode(gen_mode: bool) -> Mode {
     if gen_mode { Mode::Gen } else { Mode::Ppl }
 }
 
+impl PyMetaTemplate {
+    /// The compiled core object.
+    pub(crate) fn inner(&self) -> &MetaTemplate {
+        &self.inner
+    }
+}
+
 #[pymethods]
 impl PyMetaTemplate {
     /// Compile a dict meta template (validated by the Python wrapper).

@@ -110,6 +110,13 @@ fn opt_str(v: Option<&str>) -> Option<String> {
     v.map(str::to_owned)
 }
 
+impl PyCompiledTemplate {
+    /// The compiled core object.
+    pub(crate) fn inner(&self) -> &PromptTemplate {
+        &self.inner
+    }
+}
+
 #[pymethods]
 impl PyCompiledTemplate {
     /// Compile `template` (validated by the Python wrapper). `is_meta` says whether a dict
