@@ -46,6 +46,7 @@ impl MetaTemplate {
         let mut ignored_texts = 0;
         let mut generate = true;
         let mut stack: Vec<(Section, usize)> = Vec::new();
+        let mut merged: Vec<Merged<'_>> = Vec::with_capacity(self.roles.len());
         for (i, item) in items.iter().enumerate() {
             if !generate {
                 break;
@@ -75,7 +76,7 @@ impl MetaTemplate {
                                 let round = &section[cuts[k]..cuts[k + 1]];
                                 let for_gen =
                                     mode == Mode::Gen && open == Section::Round && k + 1 == n;
-                                let merged = self.merged_roles(round, start + cuts[k])?;
+                                self.merged_roles(round, start + cuts[k], &mut merged)?;
                                 generate = self.api_round(&merged, for_gen, flavor, &mut msgs)?;
                             }
                         }

@@ -85,6 +85,14 @@ pub enum IceValue<'a> {
 }
 
 impl<'a> IceValue<'a> {
+    /// A view borrowing the strings (cloning a view's items allocates nothing).
+    pub fn view(&self) -> IceValue<'_> {
+        match self {
+            IceValue::Str(s) => IceValue::Str(s.clone()),
+            IceValue::List(items) => IceValue::List(items.iter().map(Item::view).collect()),
+        }
+    }
+
     fn as_ice(&self) -> Ice<'_, 'a> {
         match self {
             IceValue::Str(s) => Ice::Str(s),
@@ -166,7 +174,7 @@ impl<'a> Job<'a> {
     }
 
     /// The gen-mode model input of test row `row`.
-    pub fn gen_row(&self, test: &Table<'a>, row: usize, ice: &IceValue<'a>) -> Result<Output> {
+    pub fn gen_row(&self, test: &Table<'_>, row: usize, ice: &IceValue<'_>) -> Result<Output> {
         let mut entries = test.entries(row);
         if let Some(col) = self.output_column {
             entries.set(col, self.gen_field_replace_token);
@@ -178,9 +186,9 @@ impl<'a> Job<'a> {
     /// The ppl-mode model input of test row `row` for the template body `label`.
     pub fn ppl_row(
         &self,
-        test: &Table<'a>,
+        test: &Table<'_>,
         row: usize,
-        ice: &IceValue<'a>,
+        ice: &IceValue<'_>,
         label: usize,
         remain_sep: bool,
     ) -> Result<Output> {

@@ -257,22 +257,27 @@ impl MetaTemplate {
         &'a self,
         items: &'a [Item],
         base: usize,
-    ) -> Result<Vec<Merged<'a>>> {
-        let mut merged: Vec<Merged<'a>> = self.roles.iter().map(Merged::of).collect();
+        merged: &mut Vec<Merged<'a>>,
+    ) -> Result<()> {
+        merged.clear();
+        merged.extend(self.roles.iter().map(Merged::of));
         for (k, item) in items.iter().enumerate() {
             if let Item::Role(r) = item {
                 let idx = self.resolve(r, base + k)?;
                 merged[idx].update(r);
             }
         }
-        Ok(merged)
+        Ok(())
     }
 
     /// `LMTemplateParser.parse_template` for one prompt list.
     pub fn render_lm(&self, items: &[Item<'_>], mode: Mode) -> Result<String> {
         let mut out = String::with_capacity(estimate(items));
+        // the reference prepends the meta begin at the end; writing it first is the same text
+        out.push_str(self.begin.as_deref().unwrap_or(""));
         let mut generate = true;
         let mut stack: Vec<(Section, usize)> = Vec::new();
+        let mut merged: Vec<Merged<'_>> = Vec::with_capacity(self.roles.len());
         for (i, item) in items.iter().enumerate() {
             if !generate {
                 break;
@@ -298,8 +303,8 @@ impl MetaTemplate {
                                 let round = &section[cuts[k]..cuts[k + 1]];
                                 let for_gen =
                                     mode == Mode::Gen && open == Section::Round && k + 1 == n;
-                                generate =
-                                    self.lm_round(round, start + cuts[k], for_gen, &mut out)?;
+                                self.merged_roles(round, start + cuts[k], &mut merged)?;
+                                generate = self.lm_round(&merged, for_gen, &mut out);
                             }
                         }
                     }
@@ -307,11 +312,9 @@ impl MetaTemplate {
                 Item::Role(r) => match stack.last() {
                     None => return Err(Error::OutsideSection { item: i }),
                     Some((Section::Begin | Section::End, _)) => {
-                        let mut merged: Vec<Merged<'_>> =
-                            self.roles.iter().map(Merged::of).collect();
                         let idx = self.resolve(r, i)?;
-                        merged[idx].update(r);
-                        let m = merged[idx];
+                        let mut m = Merged::of(&self.roles[idx]);
+                        m.update(r);
                         out.push_str(m.begin.unwrap_or(""));
                         out.push_str(m.prompt.unwrap_or(""));
                         out.push_str(m.end.unwrap_or(""));
@@ -320,10 +323,6 @@ impl MetaTemplate {
                 },
             }
         }
-        let begin = self.begin.as_deref().unwrap_or("");
-        if !begin.is_empty() {
-            out.insert_str(0, begin);
-        }
         if generate {
             out.push_str(self.end.as_deref().unwrap_or(""));
         }
@@ -331,14 +330,7 @@ impl MetaTemplate {
     }
 
     /// Render one round in meta order; `false` when generation stopped.
-    fn lm_round(
-        &self,
-        round: &[Item],
-        base: usize,
-        for_gen: bool,
-        out: &mut String,
-    ) -> Result<bool> {
-        let merged = self.merged_roles(round, base)?;
+    fn lm_round(&self, merged: &[Merged<'_>], for_gen: bool, out: &mut String) -> bool {
         for slot in &self.round {
             match slot {
                 RoundSlot::Text(s) => out.push_str(s),
@@ -346,14 +338,14 @@ impl MetaTemplate {
                     let m = merged[*idx];
                     out.push_str(m.begin.unwrap_or(""));
                     if for_gen && m.generate {
-                        return Ok(false);
+                        return false;
                     }
                     out.push_str(m.prompt.unwrap_or(""));
                     out.push_str(m.end.unwrap_or(""));
                 }
             }
         }
-        Ok(true)
+        true
     }
 }
 

@@ -1,7 +1,8 @@
 //! Property tests of the core: substitution against naive oracles, and "never panics" for the
 //! meta walks and the template operations on arbitrary input.
 //!
-//! The case count defaults to 256 per property (override with `PROPTEST_CASES`).
+//! The case count is proptest's default, 256 per property; set `PROPTEST_CASES` for a longer run
+//! (the config is deliberately not fixed in the file, which would ignore the variable).
 
 use std::borrow::Cow;
 
@@ -200,8 +201,6 @@ fn naive_single_pass(template: &str, pairs: &[(String, String)]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
     /// (a) `safe_format` (fast path or sequential fallback) equals the literal reference algorithm.
     #[test]
     fn safe_format_equals_sequential_oracle(c in unique_case()) {
@@ -578,8 +577,6 @@ fn arbitrary_meta_template() -> impl Strategy<Value = Result<MetaTemplate, promp
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
     /// (d) the LM and API walks return `Ok` or `Err` on anything (a panic fails the test).
     /// Also: gen mode renders a prefix of ppl mode, and never fails where ppl succeeds.
     #[test]
@@ -743,8 +740,6 @@ fn entries(pairs: &[(String, String)]) -> Entries<'_> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
     /// (e) the three template operations return `Ok` or `Err` whatever the tokens, bodies,
     /// labels and ICE (string or item list) are.
     #[test]

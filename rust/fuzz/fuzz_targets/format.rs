@@ -76,8 +76,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let got = safe_format(template, &row);
-    assert_eq!(got.as_ref(), want.as_str(), "safe_format differs: {template:?} {pairs:?}");
+    assert_eq!(
+        got.as_ref(),
+        want.as_str(),
+        "safe_format differs: {template:?} {pairs:?}"
+    );
     let got = single_pass_format(template, &row);
     let want = naive_single_pass(template, &pairs);
-    assert_eq!(got.as_ref(), want.as_str(), "single_pass_format differs: {template:?} {pairs:?}");
+    assert_eq!(
+        got.as_ref(),
+        want.as_str(),
+        "single_pass_format differs: {template:?} {pairs:?}"
+    );
 });

@@ -149,7 +149,10 @@ fuzz_target!(|input: Input| {
     let gen_lm = meta.render_lm(&items, Mode::Gen);
     if let Ok(ppl) = meta.render_lm(&items, Mode::Ppl) {
         match &gen_lm {
-            Ok(g) => assert!(ppl.starts_with(g.as_str()), "gen {g:?} not a prefix of {ppl:?}"),
+            Ok(g) => assert!(
+                ppl.starts_with(g.as_str()),
+                "gen {g:?} not a prefix of {ppl:?}"
+            ),
             Err(e) => panic!("ppl ok but gen failed: {e:?}"),
         }
     }

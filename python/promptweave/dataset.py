@@ -1,0 +1,491 @@
+"""The whole-dataset job: every test row rendered exactly as OpenCompass's inferencers would.
+
+:class:`DatasetRenderer` is built from a dataset config's ``infer_cfg`` (``ice_template``,
+``prompt_template``, ``retriever``, ``inferencer``) and ``reader_cfg`` plus a model's
+``meta_template``. :meth:`DatasetRenderer.render` retrieves in-context examples, renders them
+(``generate_ice``), renders each row around them (``generate_item`` in gen mode, one
+``generate_label_prompt_item`` per label in ppl mode) and applies the model side
+(``parse_template``) -- in one Rust call with the interpreter released, each distinct list of
+in-context examples rendered once. Inputs the Rust job does not take (``max_seq_len`` trimming,
+rows with differing columns, unusual values) go through the same steps row by row with the
+mirrored classes, which reproduce the reference exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from promptweave import _backend, _core
+from promptweave._flavor import AISBENCH, OPENCOMPASS
+from promptweave.errors import TemplateError, make_error
+from promptweave.tokens import TokenCounter, as_token_counter
+
+__all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
+
+Mode = Literal["gen", "ppl"]
+_SLOT = re.compile(r"\{([^{}]*)\}")
+
+
+def _type_name(t: Any) -> str:
+    """The class name a config's ``type=`` refers to (a class, a dotted name, a TypeRef)."""
+    if t is None:
+        return ""
+    name = getattr(t, "name", None) if not isinstance(t, type) else t.__name__
+    if isinstance(name, str):
+        return name
+    return str(t).rsplit(".", 1)[-1]
+
+
+def as_rows(data: Any) -> list[dict[str, Any]]:
+    """Rows as a list of dicts from a list of dicts, a dict of column lists, a pandas DataFrame,
+    a pyarrow Table or a HuggingFace ``datasets.Dataset`` (none of them imported here)."""
+    if data is None:
+        return []
+    if isinstance(data, list) and all(type(r) is dict for r in data):
+        return data
+    if isinstance(data, Mapping):
+        columns = list(data)
+        values = [list(data[c]) for c in columns]
+        return [dict(zip(columns, row)) for row in zip(*values)]
+    if hasattr(data, "to_pylist"):  # pyarrow Table, HF datasets.Dataset
+        return list(data.to_pylist())
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas DataFrame
+        return list(data.to_dict("records"))
+    return [dict(r) for r in data]
+
+
+@dataclass
+class RenderResult:
+    """What :meth:`DatasetRenderer.render` produced.
+
+    Attributes:
+        prompts: per test row, the model input: a ``str`` (LM models), a ``PromptList`` of
+            ``{'role', 'prompt'}`` messages (API models), or in ppl mode a dict label -> input.
+        ice_indices: per test row, the in-context example indices actually used (after any
+            ``max_seq_len`` trimming).
+        labels: the ppl labels (``None`` in gen mode).
+        mode: ``'gen'`` or ``'ppl'``.
+        missing_columns: template placeholder -> number of rows that lack that column (the
+            placeholder is left in the prompt, as the reference does).
+        rust_rows: how many rows the Rust job rendered (the rest went row by row).
+    """
+
+    prompts: list[Any]
+    ice_indices: list[list[int]]
+    labels: list[Any] | None
+    mode: Mode
+    missing_columns: dict[str, int] = field(default_factory=dict)
+    rust_rows: int = 0
+
+
+class DatasetRenderer:
+    """Renders a whole dataset as OpenCompass's (or AISBench's) inferencers would.
+
+    Args:
+        infer_cfg: the dataset's ``infer_cfg``: ``ice_template`` / ``prompt_template`` (config
+            dicts or ``PromptTemplate`` objects), ``retriever`` (config dict), ``inferencer``.
+        reader_cfg: the dataset's ``reader_cfg`` (``input_columns``, ``output_column``).
+        meta_template: the model's meta template (``None`` for none).
+        api: render for an API model (``APITemplateParser``: message lists) instead of a
+            string model (``LMTemplateParser``).
+        flavor: ``'opencompass'`` or ``'aisbench'`` behaviour.
+        mode: ``'gen'`` or ``'ppl'``; default from the inferencer type.
+        labels: ppl labels (default: the reference's ``get_labels``).
+        gen_field_replace_token: what the output column is masked with in gen mode.
+        max_seq_len: drop in-context examples from the end until the prompt fits, as
+            OpenCompass's ``GenInferencer`` / ``PPLInferencer`` do (needs ``token_counter``).
+        token_counter: a callable ``str -> int``, a ``tokenizers.Tokenizer`` or a tiktoken
+            encoding.
+        threads: rendering threads (default: 2 when the machine has 2+ cores).
+    """
+
+    def __init__(
+        self,
+        infer_cfg: Mapping[str, Any],
+        reader_cfg: Mapping[str, Any] | None = None,
+        meta_template: Any = None,
+        *,
+        api: bool = False,
+        flavor: str = OPENCOMPASS,
+        mode: Mode | None = None,
+        labels: Sequence[Any] | None = None,
+        gen_field_replace_token: str = "",
+        max_seq_len: int | None = None,
+        token_counter: Any = None,
+        normalizing_str: str | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if flavor not in (OPENCOMPASS, AISBENCH):
+            raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
+        from promptweave import aisbench, opencompass
+
+        self.flavor = flavor
+        self._m: Any = aisbench if flavor == AISBENCH else opencompass
+        reader_cfg = dict(reader_cfg or infer_cfg.get("reader_cfg") or {})
+        self.input_columns = reader_cfg.get("input_columns")
+        self.output_column: str | None = reader_cfg.get("output_column")
+        self.ice_template = self._template(infer_cfg.get("ice_template"), "ice_template")
+        self.prompt_template = self._template(infer_cfg.get("prompt_template"), "prompt_template")
+        self.retriever_cfg = dict(infer_cfg.get("retriever") or {"type": "ZeroRetriever"})
+        self.inferencer_cfg = dict(infer_cfg.get("inferencer") or {})
+        self.mode: Mode = mode or self._mode_of(self.inferencer_cfg)
+        self.template = self._final_template()
+        self.labels = list(labels) if labels is not None else None
+        self.api = api
+        self.meta_template = meta_template
+        parser_cls = self._m.APITemplateParser if api else self._m.LMTemplateParser
+        self.parser = parser_cls(meta_template)
+        self.gen_field_replace_token = gen_field_replace_token
+        self.max_seq_len = max_seq_len
+        self.token_counter: TokenCounter | None = (
+            as_token_counter(token_counter) if token_counter is not None else None
+        )
+        if max_seq_len is not None and self.token_counter is None:
+            raise ValueError("max_seq_len needs a token_counter")
+        self.normalizing_str = normalizing_str
+        self.threads = threads if threads is not None else min(2, os.cpu_count() or 1)
+
+    @classmethod
+    def from_config(
+        cls, dataset_cfg: Mapping[str, Any], model_cfg: Mapping[str, Any] | None = None, **kw: Any
+    ) -> DatasetRenderer:
+        """From a dataset config dict (and a model config dict with a ``meta_template``)."""
+        meta = kw.pop("meta_template", None)
+        if meta is None and model_cfg is not None:
+            meta = model_cfg.get("meta_template")
+        return cls(dataset_cfg["infer_cfg"], dataset_cfg.get("reader_cfg"), meta, **kw)
+
+    # ------------------------------------------------------------------ configuration
+    def _template(self, cfg: Any, what: str) -> Any:
+        if cfg is None:
+            return None
+        if isinstance(cfg, self._m.PromptTemplate):
+            return cfg
+        if not isinstance(cfg, Mapping):
+            raise make_error(TemplateError, f"{what} must be a config dict, got {cfg!r}")
+        name = _type_name(cfg.get("type")) or "PromptTemplate"
+        if name != "PromptTemplate":
+            raise make_error(
+                TemplateError, f"{what}: template type {name!r} is not supported by the renderer"
+            )
+        return self._m.PromptTemplate(
+            cfg["template"], ice_token=cfg.get("ice_token"), sep_token=cfg.get("sep_token")
+        )
+
+    @staticmethod
+    def _mode_of(inferencer_cfg: Mapping[str, Any]) -> Mode:
+        name = _type_name(inferencer_cfg.get("type"))
+        if name in ("PPLInferencer", "PPLOnlyInferencer", "CLPInferencer", "LLInferencer"):
+            return "ppl"
+        return "gen"
+
+    def _final_template(self) -> Any:
+        """The retriever's template combination matrix (spec 04 §4.1)."""
+        pt, it = self.prompt_template, self.ice_template
+        code = "ICLR-IMPL-002" if self.flavor == AISBENCH else None
+        if pt is not None and it is not None:
+            if pt.ice_token is None:
+                raise make_error(
+                    TemplateError, "ice_token of prompt_template is not provided",
+                    compat=NotImplementedError, code=code,
+                )
+            return pt
+        if it is not None:
+            if it.ice_token is None:
+                raise make_error(
+                    TemplateError, "ice_token of ice_template is not provided",
+                    compat=NotImplementedError, code=code,
+                )
+            return it
+        if pt is not None:
+            return pt
+        raise make_error(
+            TemplateError, "Leaving prompt as empty is not supported",
+            compat=NotImplementedError,
+            code="ICLR-IMPL-003" if self.flavor == AISBENCH else None,
+        )
+
+    # ------------------------------------------------------------------ rendering
+    def _retriever(self, dataset: Any) -> Any:
+        from promptweave import retrievers
+
+        cfg = dict(self.retriever_cfg)
+        name = _type_name(cfg.pop("type", None)) or "ZeroRetriever"
+        cls = getattr(self._m, name, None) or getattr(retrievers, name, None)
+        if cls is None:
+            raise make_error(
+                TemplateError,
+                f"retriever {name!r} is not available; compute the in-context example indices "
+                "elsewhere and pass them as ice_indices=",
+            )
+        if self.flavor == AISBENCH:
+            cfg.setdefault("ice_template", self._cfg_of(self.ice_template))
+            cfg.setdefault("prompt_template", self._cfg_of(self.prompt_template))
+        return cls(dataset, **cfg)
+
+    @staticmethod
+    def _cfg_of(template: Any) -> Any:
+        if template is None:
+            return None
+        return {
+            "type": type(template),
+            "template": template.template,
+            "ice_token": template.ice_token,
+            "sep_token": template.sep_token,
+        }
+
+    def _separators(self, retriever: Any) -> tuple[str, str]:
+        it = self.ice_template
+        if it is not None and it.prompt_type == "meta":
+            return "", ""
+        return retriever.ice_separator, retriever.ice_eos_token
+
+    def render(
+        self,
+        test: Any,
+        train: Any = None,
+        *,
+        ice_indices: Sequence[Sequence[int]] | None = None,
+        limit: int | None = None,
+        strict: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> RenderResult:
+        """Render every test row (the first ``limit`` ones if given).
+
+        ``ice_indices`` (one list of train indices per test row) replaces the configured
+        retriever, so any external retriever (BM25, embeddings) plugs in. ``strict`` turns a
+        template placeholder whose column is missing from a row into an error naming both.
+        """
+        from promptweave.retrievers import Dataset
+
+        test_rows = as_rows(test)
+        if limit is not None:
+            test_rows = test_rows[:limit]
+        train_rows = as_rows(train) if train is not None else test_rows
+        dataset = Dataset(test_rows, train_rows, self.input_columns, self.output_column)
+        retriever = self._retriever(dataset)
+        if ice_indices is None:
+            indices = [list(x) for x in retriever.retrieve()]
+        else:
+            indices = [list(x) for x in ice_indices][: len(test_rows)]
+        missing = self._missing_columns(test_rows, strict)
+        labels = None
+        if self.mode == "ppl":
+            labels = self.labels if self.labels is not None else self._labels(test_rows)
+        sep, eos = self._separators(retriever)
+        prompts, used, rust_rows = self._render_rows(
+            test_rows, train_rows, indices, labels, sep, eos, progress
+        )
+        return RenderResult(prompts, used, labels, self.mode, missing, rust_rows)
+
+    def _labels(self, test_rows: list[dict[str, Any]]) -> list[Any]:
+        """``get_labels`` (spec 04 §4.2); the last rule keeps the reference's set order."""
+        pt, it = self.prompt_template, self.ice_template
+        if pt is not None and isinstance(pt.template, dict):
+            return list(pt.template.keys())
+        if it is not None and it.ice_token is not None and isinstance(it.template, dict):
+            return list(it.template.keys())
+        col = self.output_column
+        return list({row[col] for row in test_rows}) if col is not None else []
+
+    def _missing_columns(self, rows: list[dict[str, Any]], strict: bool) -> dict[str, int]:
+        slots: set[str] = set()
+        for t in (self.template, self.ice_template):
+            if t is not None:
+                slots.update(_SLOT.findall(_template_text(t.template)))
+        missing: dict[str, int] = {}
+        if not slots or not rows:
+            return missing
+        for i, row in enumerate(rows):
+            for name in slots.difference(row):
+                if strict:
+                    raise make_error(
+                        TemplateError,
+                        f"test row {i} has no column {name!r}, which the template uses "
+                        f"(columns: {list(row)})",
+                        compat=KeyError,
+                        path=f"test[{i}]",
+                    )
+                missing[name] = missing.get(name, 0) + 1
+        return missing
+
+    # ------------------------------------------------------------------ the two paths
+    def _render_rows(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        labels: list[Any] | None,
+        sep: str,
+        eos: str,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[list[Any], list[list[int]], int]:
+        if self.max_seq_len is None and not _backend.FORCE_PYTHON:
+            out = self._render_rust(test, train, indices, labels, sep, eos)
+            if out is not None:
+                if progress is not None:
+                    progress(len(test))
+                return out, indices, len(test)
+            _backend.note_fallback()
+        prompts: list[Any] = []
+        used: list[list[int]] = []
+        for i, row in enumerate(test):
+            try:
+                prompt, idx = self._render_one(row, train, indices[i], labels, sep, eos)
+            except Exception as exc:
+                exc.add_note(f"while rendering test row {i}")
+                raise
+            prompts.append(prompt)
+            used.append(idx)
+            if progress is not None:
+                progress(1)
+        return prompts, used, 0
+
+    def _render_rust(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        labels: list[Any] | None,
+        sep: str,
+        eos: str,
+    ) -> list[Any] | None:
+        t, it, parser = self.template, self.ice_template, self.parser
+        if t._compiled is None or (it is not None and it._compiled is None):
+            return None
+        meta = parser.meta_template
+        if meta and parser._compiled is None:
+            return None
+        ice_labels = self._ice_labels(train, indices)
+        ppl_labels = None
+        if labels is not None:
+            ppl_labels = [t._label_index(label) for label in labels]
+            if any(x is None for x in ppl_labels):
+                return None
+        try:
+            out = _core.render_dataset(
+                t._compiled,
+                it._compiled if it is not None else None,
+                ice_labels,
+                sep,
+                eos,
+                self.output_column,
+                self.gen_field_replace_token,
+                parser._compiled,
+                self.api,
+                self.flavor == AISBENCH,
+                test,
+                train,
+                indices,
+                ppl_labels,
+                self.normalizing_str is not None,
+                self.threads,
+            )
+        except (_core.FallbackRequired, OverflowError, TypeError):
+            return None
+        if self.api and meta:
+            pl = self._m.PromptList
+            out = [pl(x) if isinstance(x, list) else x for x in out]
+        if labels is None:
+            return out
+        n = len(labels)
+        return [dict(zip(labels, out[i * n : (i + 1) * n])) for i in range(len(test))]
+
+    def _ice_labels(self, train: list[dict[str, Any]], indices: list[list[int]]) -> list[int]:
+        it = self.ice_template
+        if it is None or not it._labels or not indices:
+            return []
+        used = {i for idx in indices for i in idx}
+        col = self.output_column
+        out = [0] * len(train)
+        for i in used:
+            if not 0 <= i < len(train) or col is None:
+                continue
+            label = it._label_index(train[i].get(col))
+            out[i] = label if label is not None else 0
+        return out
+
+    def _generate_ice(self, train: list[dict[str, Any]], idx: list[int], sep: str, eos: str) -> Any:
+        """``generate_ice`` (spec 04 §3)."""
+        it = self.ice_template
+        if it is None:
+            if idx:
+                raise make_error(
+                    TemplateError,
+                    "You have not specified ice_template while retrieving examples from train "
+                    "set! Please either specify ice_template or use `ZeroRetriever`.",
+                    compat=AssertionError,
+                )
+            return "" + eos
+        col = self.output_column
+        items = [it.generate_ice_item(train[i], train[i][col] if col else None) for i in idx]
+        if items and isinstance(items[0], list):
+            acc: Any = []
+            for ice in items:
+                acc += ice + sep
+            acc.append(eos)
+            return acc
+        return sep.join(items) + eos
+
+    def _render_one(
+        self,
+        row: dict[str, Any],
+        train: list[dict[str, Any]],
+        idx: list[int],
+        labels: list[Any] | None,
+        sep: str,
+        eos: str,
+    ) -> tuple[Any, list[int]]:
+        idx = list(idx)
+        if labels is None:
+            def build(ids: list[int]) -> Any:
+                ice = self._generate_ice(train, ids, sep, eos)
+                prompt = self.template.generate_item(
+                    row, output_field=self.output_column,
+                    output_field_replace_token=self.gen_field_replace_token,
+                    ice_field_replace_token=ice,
+                )
+                return self.parser.parse_template(prompt, mode="gen")
+
+            out = build(idx)
+            while self.max_seq_len is not None and idx and self._count(out) > self.max_seq_len:
+                idx = idx[:-1]
+                out = build(idx)
+            return out, idx
+        result: dict[Any, Any] = {}
+        remain = self.normalizing_str is not None
+        for label in labels:
+            # OpenCompass trims in place: later labels start from the trimmed examples
+            def build_label(ids: list[int], label: Any = label) -> Any:
+                ice = self._generate_ice(train, ids, sep, eos)
+                prompt = self.template.generate_label_prompt_item(row, ice, label, remain)
+                return self.parser.parse_template(prompt, mode="ppl")
+
+            out = build_label(idx)
+            while self.max_seq_len is not None and idx and self._count(out) > self.max_seq_len:
+                idx = idx[:-1]
+                out = build_label(idx)
+            result[label] = out
+        return result, idx
+
+    def _count(self, parsed: Any) -> int:
+        counter = self.token_counter
+        assert counter is not None
+        if isinstance(parsed, list) and not isinstance(parsed, self._m.PromptList):
+            return sum(counter(str(p)) for p in parsed)
+        return counter(str(parsed))
+
+
+def _template_text(template: Any) -> str:
+    """All text of a template (for finding its placeholders)."""
+    if isinstance(template, str):
+        return template
+    if isinstance(template, Mapping):
+        return "\n".join(_template_text(v) for v in template.values())
+    if isinstance(template, Iterable):
+        return "\n".join(_template_text(v) for v in template)
+    return ""
