@@ -14,6 +14,7 @@ use crate::api::{ApiOutput, Flavor};
 use crate::error::{Error, Result};
 use crate::format::Entries;
 use crate::meta::{MetaTemplate, Mode};
+use crate::program::Program;
 use crate::prompt::{Item, join_plain};
 use crate::splice::Ice;
 use crate::template::{PromptTemplate, Rendered};
@@ -21,7 +22,7 @@ use crate::template::{PromptTemplate, Rendered};
 /// Rows as a table: column names in order and the `str()` of every cell, row-major.
 #[derive(Debug, Clone, Copy)]
 pub struct Table<'a> {
-    columns: &'a [&'a str],
+    pub(crate) columns: &'a [&'a str],
     cells: &'a [&'a str],
 }
 
@@ -42,6 +43,12 @@ impl<'a> Table<'a> {
             .len()
             .checked_div(self.columns.len())
             .unwrap_or(0)
+    }
+
+    /// The row's values, in column order.
+    pub fn cells(&self, row: usize) -> &'a [&'a str] {
+        let n = self.columns.len();
+        self.cells.get(row * n..row * n + n).unwrap_or(&[])
     }
 
     /// The row's entries, in column order.
@@ -93,7 +100,7 @@ impl<'a> IceValue<'a> {
         }
     }
 
-    fn as_ice(&self) -> Ice<'_, 'a> {
+    pub(crate) fn as_ice(&self) -> Ice<'_, 'a> {
         match self {
             IceValue::Str(s) => Ice::Str(s),
             IceValue::List(items) => Ice::List(items),
@@ -179,8 +186,27 @@ impl<'a> Job<'a> {
         if let Some(col) = self.output_column {
             entries.set(col, self.gen_field_replace_token);
         }
-        let prompt = self.template.item(&entries, ice.as_ice())?;
+        self.gen_entries(&entries, ice)
+    }
+
+    /// The gen-mode model input for a row given as entries (already masked).
+    pub fn gen_entries(&self, entries: &Entries<'_>, ice: &IceValue<'_>) -> Result<Output> {
+        let prompt = self.template.item(entries, ice.as_ice())?;
         self.parse(&prompt, Mode::Gen)
+    }
+
+    /// The ppl-mode model input for a row given as entries.
+    pub fn ppl_entries(
+        &self,
+        entries: &Entries<'_>,
+        ice: &IceValue<'_>,
+        label: usize,
+        remain_sep: bool,
+    ) -> Result<Output> {
+        let prompt = self
+            .template
+            .label_prompt_item(entries, ice.as_ice(), label, remain_sep)?;
+        self.parse(&prompt, Mode::Ppl)
     }
 
     /// The ppl-mode model input of test row `row` for the template body `label`.
@@ -192,11 +218,7 @@ impl<'a> Job<'a> {
         label: usize,
         remain_sep: bool,
     ) -> Result<Output> {
-        let entries = test.entries(row);
-        let prompt = self
-            .template
-            .label_prompt_item(&entries, ice.as_ice(), label, remain_sep)?;
-        self.parse(&prompt, Mode::Ppl)
+        self.ppl_entries(&test.entries(row), ice, label, remain_sep)
     }
 }
 
@@ -265,38 +287,102 @@ pub enum Task<'a> {
     },
 }
 
+/// The shared, per-group part of a job: the rendered examples and, for groups used by several
+/// rows, their compiled output programs (one per label in ppl mode).
+pub struct Prepared<'a> {
+    ices: Vec<IceValue<'a>>,
+    programs: Vec<Vec<Option<Program>>>,
+}
+
+/// Rows sharing a group before its output is compiled into a program.
+const PROGRAM_MIN_ROWS: usize = 3;
+
+impl<'a> Prepared<'a> {
+    /// Render each group's examples and compile the programs worth compiling.
+    pub fn new(
+        job: &Job<'a>,
+        test: &Table<'a>,
+        train: &Table<'a>,
+        groups: &IceGroups,
+        task: Task<'_>,
+    ) -> Result<Self> {
+        let ices: Vec<IceValue<'a>> = groups
+            .lists
+            .iter()
+            .map(|l| job.ice(train, l))
+            .collect::<Result<_>>()?;
+        let mut uses = vec![0usize; ices.len()];
+        for &g in &groups.row_group {
+            if let Some(u) = uses.get_mut(g) {
+                *u += 1;
+            }
+        }
+        let labels: Vec<usize> = match task {
+            Task::Gen => vec![0],
+            Task::Ppl { labels, .. } => labels.to_vec(),
+        };
+        let programs = ices
+            .iter()
+            .zip(&uses)
+            .map(|(ice, &n)| {
+                labels
+                    .iter()
+                    .map(|&label| {
+                        (n >= PROGRAM_MIN_ROWS)
+                            .then(|| Program::build(job, test.columns, ice, task, label))
+                            .flatten()
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(Self { ices, programs })
+    }
+}
+
 /// Render rows `range` of `test` (outputs row-major: one per row in gen mode, one per label
-/// per row in ppl mode). `ices` holds the rendered ICE of each group of `groups`.
-pub fn render_rows<'a>(
-    job: &Job<'a>,
-    test: &Table<'a>,
+/// per row in ppl mode).
+pub fn render_rows(
+    job: &Job<'_>,
+    test: &Table<'_>,
     groups: &IceGroups,
-    ices: &[IceValue<'a>],
+    prepared: &Prepared<'_>,
     task: Task<'_>,
     range: std::ops::Range<usize>,
 ) -> Result<Vec<Output>> {
-    let per_row = match task {
-        Task::Gen => 1,
-        Task::Ppl { labels, .. } => labels.len(),
+    let labels: &[usize] = match task {
+        Task::Gen => &[0],
+        Task::Ppl { labels, .. } => labels,
     };
-    let mut out = Vec::with_capacity(range.len() * per_row);
+    let mut out = Vec::with_capacity(range.len() * labels.len());
+    // views of the shared examples (cloning a view allocates nothing), made once per group
+    let mut views: Vec<Option<IceValue<'_>>> = vec![None; prepared.ices.len()];
+    let mask = job.gen_field_replace_token;
     for row in range {
-        let ice =
-            groups
-                .row_group
-                .get(row)
-                .and_then(|&g| ices.get(g))
-                .ok_or(Error::LabelOutOfRange {
-                    index: row,
-                    count: groups.row_group.len(),
-                })?;
-        match task {
-            Task::Gen => out.push(job.gen_row(test, row, ice)?),
-            Task::Ppl { labels, remain_sep } => {
-                for &label in labels {
-                    out.push(job.ppl_row(test, row, ice, label, remain_sep)?);
-                }
+        let missing = Error::LabelOutOfRange {
+            index: row,
+            count: groups.row_group.len(),
+        };
+        let g = *groups.row_group.get(row).ok_or(missing)?;
+        let cells = test.cells(row);
+        for (k, &label) in labels.iter().enumerate() {
+            let program = prepared
+                .programs
+                .get(g)
+                .and_then(|p| p.get(k))
+                .and_then(Option::as_ref);
+            if let Some(text) = program.and_then(|p| p.run(cells, mask)) {
+                out.push(Output::Text(text));
+                continue;
             }
+            let shared = prepared.ices.get(g).ok_or(Error::LabelOutOfRange {
+                index: g,
+                count: prepared.ices.len(),
+            })?;
+            let ice = views[g].get_or_insert_with(|| shared.view());
+            out.push(match task {
+                Task::Gen => job.gen_row(test, row, ice)?,
+                Task::Ppl { remain_sep, .. } => job.ppl_row(test, row, ice, label, remain_sep)?,
+            });
         }
     }
     Ok(out)

@@ -77,6 +77,22 @@ impl<'a> Entries<'a> {
     }
 }
 
+/// Whether every `{` of `s` is closed by a `}` before the next `{` (the text part of the
+/// one-scan condition: then each `{…}` is an independent slot).
+pub fn fast_condition(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let mut at = 0;
+    while let Some(rel) = memchr(b'{', &bytes[at..]) {
+        let open = at + rel;
+        match memchr2(b'{', b'}', &bytes[open + 1..]) {
+            None => return true,
+            Some(r) if bytes[open + 1 + r] == b'{' => return false,
+            Some(r) => at = open + 2 + r,
+        }
+    }
+    true
+}
+
 /// Substitute `row` into `template` with the reference's sequential semantics.
 ///
 /// Returns the template itself (borrowed) when nothing changes.

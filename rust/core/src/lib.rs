@@ -14,6 +14,7 @@
 //! * [`meta`]: a compiled model meta template and the LM walk (one string, `gen`/`ppl`).
 //! * [`api`]: the API walk (role messages, merged) used by API and chat models.
 //! * [`dataset`]: the whole-dataset job (ICE per distinct index list, every row rendered).
+//! * [`program`]: a shared ICE group's output compiled into literals and column slots.
 //!
 //! ```
 //! use promptweave_core::{safe_format, Entries};
@@ -63,15 +64,17 @@ pub mod dataset;
 pub mod error;
 pub mod format;
 pub mod meta;
+pub mod program;
 pub mod prompt;
 pub mod splice;
 pub mod template;
 
 pub use api::{ApiMessage, ApiOutput, Flavor};
-pub use dataset::{IceGroups, IceValue, Job, Output, Parser, Table, Task, render_rows};
+pub use dataset::{IceGroups, IceValue, Job, Output, Parser, Prepared, Table, Task, render_rows};
 pub use error::{Error, Result};
 pub use format::{Entries, safe_format, single_pass_format};
 pub use meta::{MetaEntry, MetaTemplate, Mode, RoleSpec};
+pub use program::Program;
 pub use prompt::{Item, Marker, Origin, Pos, RoleItem, RoleSpecItem, Section, join_plain};
 pub use splice::Ice;
 pub use template::{Body, Dialogue, PromptTemplate, Rendered, Substitution};

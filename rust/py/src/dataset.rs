@@ -6,7 +6,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{
-    Flavor, IceGroups, IceValue, Job, Output, Parser, Table, Task, render_rows,
+    Flavor, IceGroups, Job, Output, Parser, Prepared, Table, Task, render_rows,
 };
 
 use crate::convert::py_str;
@@ -170,18 +170,14 @@ pub(crate) fn render_dataset<'py>(
     let rows = test_table.rows();
     let outputs = py.detach(|| -> Result<Vec<Output>, Failure> {
         let groups = IceGroups::new(&indices);
-        let ices: Vec<IceValue<'_>> = groups
-            .lists
-            .iter()
-            .map(|l| job.ice(&train_table, l))
-            .collect::<Result<_, _>>()?;
+        let prepared = Prepared::new(&job, &test_table, &train_table, &groups, task)?;
         let threads = threads.clamp(1, 16);
         if threads == 1 || rows < 2 * threads {
             return Ok(render_rows(
                 &job,
                 &test_table,
                 &groups,
-                &ices,
+                &prepared,
                 task,
                 0..rows,
             )?);
@@ -191,8 +187,8 @@ pub(crate) fn render_dataset<'py>(
             let handles: Vec<_> = (0..threads)
                 .map(|t| {
                     let range = (t * chunk).min(rows)..((t + 1) * chunk).min(rows);
-                    let (job, table, groups, ices) = (&job, &test_table, &groups, &ices);
-                    s.spawn(move || render_rows(job, table, groups, ices, task, range))
+                    let (job, table, groups, prepared) = (&job, &test_table, &groups, &prepared);
+                    s.spawn(move || render_rows(job, table, groups, prepared, task, range))
                 })
                 .collect();
             let mut all = Vec::with_capacity(rows);

@@ -1,0 +1,173 @@
+//! Output programs: the rendering of one ICE group compiled into literal text and column slots.
+//!
+//! When many rows share their in-context examples (FixK, zero-shot), everything in their output
+//! except the substituted column values is identical. A program is obtained by rendering a
+//! *symbolic* row, whose values are unique markers, and cutting the output at the markers; a row
+//! is then rendered by copying literals and its values.
+//!
+//! It is used only where it provably equals the full rendering:
+//! * every text that substitution sees (template and in-context examples, spliced) passes the
+//!   one-scan condition of [`crate::format`] (no `{` inside `{…}`), and no column name contains
+//!   a brace; each row's referenced values are checked for braces before its program runs (a
+//!   row that fails is rendered in full);
+//! * the parse step's structure does not depend on the text (LM walks with a meta template and
+//!   string prompts do; the no-meta join drops empty items, and API output is not text);
+//! * the markers are unambiguous: the symbolic render is done with two different marker
+//!   characters and both programs must agree, so marker-like text in a template or an example
+//!   is detected and the program refused.
+
+use crate::dataset::{IceValue, Job, Output, Parser, Task};
+use crate::format::{Entries, fast_condition};
+use crate::prompt::Item;
+use crate::template::Rendered;
+
+const MARKS: [(char, char); 2] = [('\u{10FFFD}', '\u{10FFFC}'), ('\u{10FFFB}', '\u{10FFFA}')];
+/// Slot index of the masked output column.
+const MASK: usize = usize::MAX;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Lit(String),
+    Col(usize),
+}
+
+/// A compiled output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    segs: Vec<Seg>,
+    literal_len: usize,
+}
+
+fn texts_ok(rendered: &Rendered<'_>) -> bool {
+    match rendered {
+        Rendered::Str(s) => fast_condition(s),
+        Rendered::List(items) => items.iter().all(|item| match item {
+            Item::Text(s) => fast_condition(s),
+            Item::Role(r) => r.prompt.as_deref().is_none_or(fast_condition),
+            Item::Marker(_) => true,
+        }),
+    }
+}
+
+fn parse(out: &str, (open, close): (char, char)) -> Program {
+    let mut segs = Vec::new();
+    let mut literal_len = 0;
+    let mut lit = String::new();
+    let mut rest = out;
+    while let Some(pos) = rest.find(open) {
+        let after = &rest[pos + open.len_utf8()..];
+        let slot = after
+            .find(close)
+            .and_then(|end| after[..end].parse::<usize>().ok().map(|i| (i, end)));
+        match slot {
+            Some((i, end)) => {
+                lit.push_str(&rest[..pos]);
+                if !lit.is_empty() {
+                    literal_len += lit.len();
+                    segs.push(Seg::Lit(std::mem::take(&mut lit)));
+                }
+                segs.push(Seg::Col(i));
+                rest = &after[end + close.len_utf8()..];
+            }
+            None => {
+                lit.push_str(&rest[..pos + open.len_utf8()]);
+                rest = after;
+            }
+        }
+    }
+    lit.push_str(rest);
+    if !lit.is_empty() {
+        literal_len += lit.len();
+        segs.push(Seg::Lit(lit));
+    }
+    Program { segs, literal_len }
+}
+
+impl Program {
+    /// Compile the output of `task` (gen, or one ppl label) for the rows sharing `ice`;
+    /// `None` where a program would not be provably equal to the full rendering.
+    pub fn build(
+        job: &Job<'_>,
+        columns: &[&str],
+        ice: &IceValue<'_>,
+        task: Task<'_>,
+        label: usize,
+    ) -> Option<Program> {
+        if columns.iter().any(|c| c.contains(['{', '}'])) {
+            return None;
+        }
+        if let (Task::Gen, Some(_)) = (task, job.output_column) {
+            if job.gen_field_replace_token.contains(['{', '}']) {
+                return None;
+            }
+        }
+        // the spliced, not yet substituted texts (an empty row substitutes nothing)
+        let empty = Entries::default();
+        let unformatted = match task {
+            Task::Gen => job.template.item(&empty, ice.as_ice()),
+            Task::Ppl { remain_sep, .. } => {
+                job.template
+                    .label_prompt_item(&empty, ice.as_ice(), label, remain_sep)
+            }
+        }
+        .ok()?;
+        if !texts_ok(&unformatted) {
+            return None;
+        }
+        if matches!(unformatted, Rendered::List(_))
+            && matches!(job.parser, Parser::Lm(None) | Parser::Api(..))
+        {
+            return None;
+        }
+        let mut programs = MARKS.iter().map(|&marks| {
+            let values: Vec<String> = (0..columns.len())
+                .map(|i| format!("{}{i}{}", marks.0, marks.1))
+                .collect();
+            let mask = format!("{}{MASK}{}", marks.0, marks.1);
+            let mut e = Entries::with_capacity(columns.len() + 1);
+            for (c, v) in columns.iter().zip(&values) {
+                e.push(c, v);
+            }
+            let out = match task {
+                Task::Gen => {
+                    if let Some(col) = job.output_column {
+                        e.set(col, &mask);
+                    }
+                    job.gen_entries(&e, ice)
+                }
+                Task::Ppl { remain_sep, .. } => job.ppl_entries(&e, ice, label, remain_sep),
+            };
+            match out {
+                Ok(Output::Text(s)) => Some(parse(&s, marks)),
+                _ => None,
+            }
+        });
+        let first = programs.next()??;
+        let second = programs.next()??;
+        (first == second).then_some(first)
+    }
+
+    /// Render one row: `cells` are its values in column order, `mask` the masked output
+    /// column's replacement. `None` if a referenced value contains a brace (the one-scan
+    /// condition fails; render the row in full).
+    pub fn run(&self, cells: &[&str], mask: &str) -> Option<String> {
+        let mut len = self.literal_len;
+        for seg in &self.segs {
+            if let Seg::Col(i) = seg {
+                let v = if *i == MASK { mask } else { cells.get(*i)? };
+                if v.contains(['{', '}']) {
+                    return None;
+                }
+                len += v.len();
+            }
+        }
+        let mut out = String::with_capacity(len);
+        for seg in &self.segs {
+            match seg {
+                Seg::Lit(s) => out.push_str(s),
+                Seg::Col(i) => out.push_str(if *i == MASK { mask } else { cells.get(*i)? }),
+            }
+        }
+        Some(out)
+    }
+}
