@@ -446,12 +446,8 @@ mod tests {
             parser: Parser::Lm(Some(&meta)),
         };
         let groups = IceGroups::new(&[vec![0, 1]]);
-        let ices: Vec<_> = groups
-            .lists
-            .iter()
-            .map(|l| job.ice(&train, l).unwrap())
-            .collect();
-        let out = render_rows(&job, &test, &groups, &ices, Task::Gen, 0..1).unwrap();
+        let prepared = Prepared::new(&job, &test, &train, &groups, Task::Gen).unwrap();
+        let out = render_rows(&job, &test, &groups, &prepared, Task::Gen, 0..1).unwrap();
         assert_eq!(
             out,
             vec![Output::Text(

@@ -59,20 +59,17 @@ fn parse(out: &str, (open, close): (char, char)) -> Program {
         let slot = after
             .find(close)
             .and_then(|end| after[..end].parse::<usize>().ok().map(|i| (i, end)));
-        match slot {
-            Some((i, end)) => {
-                lit.push_str(&rest[..pos]);
-                if !lit.is_empty() {
-                    literal_len += lit.len();
-                    segs.push(Seg::Lit(std::mem::take(&mut lit)));
-                }
-                segs.push(Seg::Col(i));
-                rest = &after[end + close.len_utf8()..];
+        if let Some((i, end)) = slot {
+            lit.push_str(&rest[..pos]);
+            if !lit.is_empty() {
+                literal_len += lit.len();
+                segs.push(Seg::Lit(std::mem::take(&mut lit)));
             }
-            None => {
-                lit.push_str(&rest[..pos + open.len_utf8()]);
-                rest = after;
-            }
+            segs.push(Seg::Col(i));
+            rest = &after[end + close.len_utf8()..];
+        } else {
+            lit.push_str(&rest[..pos + open.len_utf8()]);
+            rest = after;
         }
     }
     lit.push_str(rest);
