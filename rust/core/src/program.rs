@@ -168,3 +168,57 @@ impl Program {
         Some(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::{IceValue, Job, Parser, Task};
+    use crate::template::{Body, PromptTemplate, Substitution};
+
+    fn job(t: &PromptTemplate) -> Job<'_> {
+        Job {
+            template: t,
+            ice_template: None,
+            ice_labels: &[],
+            ice_separator: "",
+            ice_eos_token: "",
+            output_column: Some("a"),
+            gen_field_replace_token: "",
+            parser: Parser::Lm(None),
+        }
+    }
+
+    fn str_template(s: &str) -> PromptTemplate {
+        PromptTemplate::new(vec![Body::Str(s.into())], None, None, Substitution::Compat)
+    }
+
+    #[test]
+    fn program_runs_literals_and_columns() {
+        let t = str_template("Q: {q} A: {a} {missing}");
+        let ice = IceValue::Str(String::new());
+        let p = Program::build(&job(&t), &["q", "a"], &ice, Task::Gen, 0).unwrap();
+        assert_eq!(p.run(&["x", "y"], "").unwrap(), "Q: x A:  {missing}");
+        // a referenced value with a brace needs the full rendering
+        assert_eq!(p.run(&["{a}", "y"], ""), None);
+    }
+
+    #[test]
+    fn program_refused_for_nested_braces_and_marker_text() {
+        let ice = IceValue::Str(String::new());
+        let nested = str_template("{x{q}}");
+        assert_eq!(
+            Program::build(&job(&nested), &["q", "a"], &ice, Task::Gen, 0),
+            None
+        );
+        let fake = str_template("\u{10FFFD}0\u{10FFFC} {q}");
+        assert_eq!(
+            Program::build(&job(&fake), &["q", "a"], &ice, Task::Gen, 0),
+            None
+        );
+        let brace_key = str_template("{q}");
+        assert_eq!(
+            Program::build(&job(&brace_key), &["q}", "a"], &ice, Task::Gen, 0),
+            None
+        );
+    }
+}
