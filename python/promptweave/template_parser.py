@@ -145,6 +145,8 @@ class LMTemplateParser(_BaseParser):
 
     def parse_template(self, prompt_template: Any, mode: str) -> Any:
         """Render a str / PromptList (or a list/tuple of them) for ``mode`` 'gen' or 'ppl'."""
+        if type(prompt_template) is str and (mode == "gen" or mode == "ppl"):  # noqa: PLR1714
+            return prompt_template  # the common zero-shot case, checked first
         self._check_input(prompt_template)
         if not isinstance(prompt_template, str) and not is_prompt_list(prompt_template):
             return [self.parse_template(p, mode=mode) for p in prompt_template]
