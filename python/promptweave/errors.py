@@ -18,6 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentError",
+    "ConfigError",
     "IceTokenError",
     "LabelError",
     "MetaTemplateError",
@@ -86,6 +87,20 @@ class RetrieverError(PromptRenderError, ValueError):
 
 class MultimodalContentError(PromptRenderError, ValueError):
     """A multimodal prompt part is malformed."""
+
+
+class ConfigError(PromptRenderError, ValueError):
+    """An OpenCompass/AISBench config file cannot be loaded.
+
+    Raised by :func:`promptweave.config.load_config` for an unreadable file, a syntax error, a
+    base config that cannot be found, or an exception while executing the file; the message
+    starts with ``file:line`` of the fault (``.path`` holds the same), ``.filename`` and
+    ``.lineno`` hold its parts (``lineno`` is ``None`` when no line applies) and the original
+    exception is chained as ``__cause__``.
+    """
+
+    filename: str | None = None
+    lineno: int | None = None
 
 
 _COMBINED: dict[tuple[type, type], type] = {}
