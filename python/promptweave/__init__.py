@@ -4,7 +4,7 @@ The top-level classes are the OpenCompass 0.5.4 flavour; :mod:`promptweave.aisbe
 AISBench 3.1 flavour under the same names.
 """
 
-from promptweave import aisbench, errors, opencompass
+from promptweave import aisbench, errors, opencompass, retrievers
 from promptweave._core import __version__
 from promptweave.errors import (
     ArgumentError,
@@ -13,22 +13,34 @@ from promptweave.errors import (
     MetaTemplateError,
     PromptRenderError,
     PromptTypeError,
+    RetrieverError,
     TemplateError,
     TemplateStructureError,
     UnknownRoleError,
 )
 from promptweave.opencompass import (
     APITemplateParser,
+    BaseRetriever,
+    Dataset,
+    FixKRetriever,
+    IndexListRetriever,
     LMTemplateParser,
     PromptList,
     PromptTemplate,
+    RandomRetriever,
+    SlidingWindowRetriever,
+    ZeroRetriever,
     safe_format,
 )
 
 __all__ = [
     "APITemplateParser",
     "ArgumentError",
+    "BaseRetriever",
+    "Dataset",
+    "FixKRetriever",
     "IceTokenError",
+    "IndexListRetriever",
     "LMTemplateParser",
     "LabelError",
     "MetaTemplateError",
@@ -36,12 +48,17 @@ __all__ = [
     "PromptRenderError",
     "PromptTemplate",
     "PromptTypeError",
+    "RandomRetriever",
+    "RetrieverError",
+    "SlidingWindowRetriever",
     "TemplateError",
     "TemplateStructureError",
     "UnknownRoleError",
+    "ZeroRetriever",
     "__version__",
     "aisbench",
     "errors",
     "opencompass",
+    "retrievers",
     "safe_format",
 ]
