@@ -295,22 +295,30 @@ pub(crate) fn format_items(items: &mut [Item<'_>], row: &Entries<'_>) {
 }
 
 /// Single-pass: split on the ice token, delete the sep token and substitute each piece.
-fn pieces<'t>(s: &'t str, row: &Entries<'_>, tok: Option<&str>, sep: Option<&str>) -> Vec<String> {
-    // an empty token splits around every character, as `str.replace('', x)` inserts there
-    let raw: Vec<&'t str> = match tok {
+fn pieces(s: &str, row: &Entries<'_>, tok: Option<&str>, sep: Option<&str>) -> Vec<String> {
+    raw_pieces(s, tok)
+        .into_iter()
+        .map(|p| piece(p, row, sep))
+        .collect()
+}
+
+/// The pieces of `s` between ice tokens (an empty token splits around every character, as
+/// `str.replace('', x)` inserts there).
+fn raw_pieces<'t>(s: &'t str, tok: Option<&str>) -> Vec<&'t str> {
+    match tok {
         Some(tok) => s.split(tok).collect(),
         None => vec![s],
+    }
+}
+
+/// One template piece: the sep token deleted, then substituted in one scan.
+fn piece(piece: &str, row: &Entries<'_>, sep: Option<&str>) -> String {
+    let piece = match sep {
+        Some(sep) if !sep.is_empty() => replace(piece, sep, ""),
+        _ => Cow::Borrowed(piece),
     };
-    raw.into_iter()
-        .map(|piece| {
-            let piece = match sep {
-                Some(sep) if !sep.is_empty() => replace(piece, sep, ""),
-                _ => Cow::Borrowed(piece),
-            };
-            let owned = piece.clone().into_owned();
-            into_owned(single_pass_format(&piece, row), owned)
-        })
-        .collect()
+    let owned = piece.clone().into_owned();
+    into_owned(single_pass_format(&piece, row), owned)
 }
 
 /// Single-pass rendering. Token handling is the reference's (the sep token is deleted from the
@@ -408,21 +416,24 @@ fn single_list<'a>(
     for (i, item) in items.iter().enumerate() {
         match item {
             Item::Text(s) => {
-                let parts = pieces(s, row, tok, sep);
                 match ice {
                     Some(Ice::List(list)) => {
+                        // a piece is kept when it is non-empty before the sep token goes
+                        let parts = raw_pieces(s, tok);
                         let n = parts.len();
                         for (k, part) in parts.into_iter().enumerate() {
                             if !part.is_empty() {
-                                out.push(Item::Text(Cow::Owned(part)));
+                                out.push(Item::Text(Cow::Owned(piece(part, row, sep))));
                             }
                             if k + 1 < n {
                                 out.extend(list.iter().cloned());
                             }
                         }
                     }
-                    Some(Ice::Str(text)) => out.push(Item::Text(Cow::Owned(parts.join(text)))),
-                    None => out.push(Item::Text(Cow::Owned(parts.concat()))),
+                    Some(Ice::Str(text)) => {
+                        out.push(Item::Text(Cow::Owned(pieces(s, row, tok, sep).join(text))));
+                    }
+                    None => out.push(Item::Text(Cow::Owned(pieces(s, row, tok, sep).concat()))),
                 }
             }
             Item::Role(r) => {
