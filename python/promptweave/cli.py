@@ -1,0 +1,1048 @@
+"""The ``promptweave`` command line: ``render``, ``show`` and ``demo``.
+
+``promptweave render`` turns a dataset (JSONL, JSON, CSV or Parquet) and an OpenCompass/AISBench
+dataset config into one JSON line per test row -- the exact prompt the reference would send to
+the model, the in-context example indices and a SHA-256 of the prompt -- so that prompts can be
+diffed, hashed and audited. ``promptweave show`` prints the first rows for a person: in-context
+examples, role boundaries, the generation point and significant whitespace made visible.
+``promptweave demo`` runs ``show`` on the dataset and configs shipped in ``promptweave/demo``.
+
+Expected failures (bad input, bad config, a template error) end with a one-line ``error: ...``
+on stderr and exit status 2; ``PROMPTWEAVE_TRACEBACK=1`` shows the traceback of unexpected ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import importlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import IO, Any, BinaryIO, TypeVar
+
+import click
+
+from promptweave.errors import PromptRenderError
+
+__all__ = ["CliError", "cli", "main", "read_rows"]
+
+EXIT_INPUT = 2
+"""Exit status of usage and input errors (bad data, config, template, option combination)."""
+
+TRACEBACK_ENV = "PROMPTWEAVE_TRACEBACK"
+DATA_FORMATS: Mapping[str, str] = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+Row = dict[str, Any]
+_T = TypeVar("_T")
+
+
+class CliError(click.ClickException):
+    """An expected failure: printed as one ``error: ...`` line, exit status 2."""
+
+    exit_code = EXIT_INPUT
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.message}", file=file, err=file is None)
+
+
+class _Failure(CliError):
+    """A failure that is not the input's fault (an exception promptweave does not expect, an
+    output file that cannot be written): one line too, but exit status 1."""
+
+    exit_code = 1
+
+
+def _note(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _describe(exc: BaseException) -> str:
+    """The message of an exception plus its notes (e.g. ``while rendering test row 3``)."""
+    message = str(exc) or type(exc).__name__
+    if not isinstance(exc, PromptRenderError):
+        message = f"{type(exc).__name__}: {message}"
+    notes = getattr(exc, "__notes__", None) or []
+    return f"{message} ({'; '.join(notes)})" if notes else message
+
+
+@contextlib.contextmanager
+def _errors_as_cli(what: str | None = None) -> Iterator[None]:
+    """promptweave errors (template, config, role, ...) become one-line input errors (status 2);
+    any other exception a one-line failure (status 1), or its traceback when
+    ``PROMPTWEAVE_TRACEBACK=1``."""
+    prefix = f"{what}: " if what else ""
+    try:
+        yield
+    except (CliError, click.exceptions.Exit, click.Abort):
+        raise
+    except PromptRenderError as exc:
+        raise CliError(prefix + _describe(exc)) from exc
+    except Exception as exc:
+        if os.environ.get(TRACEBACK_ENV) == "1":
+            raise
+        raise _Failure(
+            f"{prefix}{_describe(exc)} (set {TRACEBACK_ENV}=1 to see the traceback)"
+        ) from exc
+
+
+# ============================================================================ reading data
+
+
+def read_rows(path: str, progress: Callable[[int], None] | None = None) -> list[Row]:
+    """The rows of a ``.jsonl``/``.ndjson``, ``.json`` (a list of rows or an object of column
+    lists), ``.csv``/``.tsv`` (values as str) or ``.parquet`` file; ``progress(n)`` is told
+    of rows read from JSONL and CSV files.
+
+    Raises:
+        CliError: the file is missing, unreadable or malformed (the message names file and line).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{path}: no such file")
+    if p.is_dir():
+        raise CliError(f"{path}: is a directory, expected a data file")
+    fmt = DATA_FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        known = ", ".join(sorted(DATA_FORMATS))
+        raise CliError(f"{path}: unknown data format {p.suffix or '(no extension)'!r}; use {known}")
+    try:
+        if fmt == "jsonl":
+            return _read_jsonl(p, path, progress)
+        if fmt == "json":
+            return _read_json(p, path)
+        if fmt in ("csv", "tsv"):
+            return _read_csv(p, path, "\t" if fmt == "tsv" else ",", progress)
+        return _read_parquet(p, path)
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
+
+
+def _read_jsonl(p: Path, name: str, progress: Callable[[int], None] | None) -> list[Row]:
+    rows: list[Row] = []
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CliError(
+                    f"{name}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                ) from exc
+            if lineno == 1:
+                text = text.removeprefix("\ufeff")
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise CliError(
+                    f"{name}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+                ) from exc
+            except RecursionError as exc:
+                raise CliError(f"{name}:{lineno}: invalid JSON: nested too deeply") from exc
+            if not isinstance(value, dict):
+                raise CliError(
+                    f"{name}:{lineno}: expected a JSON object per line, got {_json_type(value)}"
+                )
+            rows.append(value)
+            if progress is not None and not lineno % 1024:
+                progress(1024)
+    return rows
+
+
+def _read_json(p: Path, name: str) -> list[Row]:
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{name}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+        ) from exc
+    except RecursionError as exc:
+        raise CliError(f"{name}: invalid JSON: nested too deeply") from exc
+    if isinstance(value, list):
+        for i, row in enumerate(value):
+            if not isinstance(row, dict):
+                raise CliError(f"{name}: row {i} is {_json_type(row)}, expected an object")
+        return value
+    if isinstance(value, dict):
+        lengths: dict[str, int] = {}
+        for column, values in value.items():
+            if not isinstance(values, list):
+                raise CliError(
+                    f"{name}: expected a list of rows or an object of column lists; "
+                    f"column {column!r} is {_json_type(values)}"
+                )
+            lengths[column] = len(values)
+        if len(set(lengths.values())) > 1:
+            raise CliError(f"{name}: the columns have different lengths: {lengths}")
+        n = next(iter(lengths.values()), 0)
+        return [{c: value[c][i] for c in value} for i in range(n)]
+    raise CliError(
+        f"{name}: expected a list of rows or an object of column lists, got {_json_type(value)}"
+    )
+
+
+def _read_csv(
+    p: Path, name: str, delimiter: str, progress: Callable[[int], None] | None
+) -> list[Row]:
+    rows: list[Row] = []
+    with p.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return rows
+            for record in reader:
+                if not record:
+                    continue
+                if len(record) != len(header):
+                    raise CliError(
+                        f"{name}:{reader.line_num}: {len(record)} fields, the header has "
+                        f"{len(header)}"
+                    )
+                rows.append(dict(zip(header, record, strict=True)))
+                if progress is not None and not len(rows) % 1024:
+                    progress(1024)
+        except csv.Error as exc:
+            raise CliError(f"{name}:{reader.line_num}: invalid CSV: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise CliError(f"{name}: not UTF-8 text ({exc.reason})") from exc
+    return rows
+
+
+def _read_parquet(p: Path, name: str) -> list[Row]:
+    try:
+        pq = importlib.import_module("pyarrow.parquet")
+    except ImportError as exc:
+        raise CliError(f"{name}: reading Parquet needs pyarrow (pip install pyarrow)") from exc
+    try:
+        table = pq.read_table(p)
+    except (ValueError, TypeError) as exc:  # pyarrow.ArrowInvalid is a ValueError
+        raise CliError(f"{name}: invalid Parquet file: {exc}") from exc
+    rows: list[Row] = table.to_pylist()
+    return rows
+
+
+# ============================================================================ configs
+
+
+@dataclass
+class _Job:
+    """Everything a command needs to render: the renderer and the rows."""
+
+    renderer: Any
+    test: list[Row]
+    train: list[Row]
+    dataset: str
+    model: str
+    api: bool
+    counter: Callable[[str], int] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _load_config(path: str) -> Any:
+    from promptweave.config import load_config
+
+    if not Path(path).exists():
+        raise CliError(f"{path}: no such file")
+    with _errors_as_cli():
+        return load_config(path)
+
+
+def _dataset_name(ds: Mapping[str, Any], i: int) -> str:
+    abbr = ds.get("abbr")
+    return str(abbr) if abbr else f"#{i}"
+
+
+def _select_dataset(cfg: Any, selector: str | None, path: str) -> tuple[dict[str, Any], str]:
+    datasets: list[dict[str, Any]] = cfg.datasets()
+    if not datasets:
+        raise CliError(f"{path}: no dataset config in it (a dict with infer_cfg and reader_cfg)")
+    names = [_dataset_name(ds, i) for i, ds in enumerate(datasets)]
+    if selector is None:
+        if len(datasets) > 1:
+            _note(
+                f"note: {path} has {len(datasets)} datasets ({', '.join(names)}); using the "
+                f"first, {names[0]} (choose one with --dataset)"
+            )
+        return datasets[0], names[0]
+    for i, ds in enumerate(datasets):
+        if ds.get("abbr") == selector:
+            return ds, names[i]
+    try:
+        index = int(selector)
+    except ValueError:
+        index = None
+    if index is not None and -len(datasets) <= index < len(datasets):
+        return datasets[index], names[index]
+    raise CliError(
+        f"--dataset {selector}: no such dataset in {path}; it has "
+        + ", ".join(f"[{i}] {n}" for i, n in enumerate(names))
+    )
+
+
+def _first_model(cfg: Any, path: str, *, required: bool) -> tuple[Any, str] | None:
+    from promptweave.config import meta_template_of
+
+    models: list[dict[str, Any]] = cfg.models()
+    if not models:
+        if required:
+            raise CliError(f"{path}: no model config in it (a `models` list or a meta_template)")
+        return None
+    abbr = models[0].get("abbr") or "#0"
+    if len(models) > 1:
+        _note(f"note: {path} has {len(models)} models; using the first, {abbr}")
+    return meta_template_of(models[0]), f"{abbr} ({path})"
+
+
+def _read_meta_template(path: str) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{path}: no such file")
+    if p.suffix.lower() == ".py":
+        cfg = _load_config(path)
+        if "meta_template" in cfg:
+            return cfg["meta_template"]
+        found = _first_model(cfg, path, required=False)
+        if found is None:
+            raise CliError(f"{path}: defines no meta_template (and no model config)")
+        return found[0]
+    try:
+        value = json.loads(p.read_bytes().decode("utf-8-sig"))
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CliError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+        ) from exc
+    if isinstance(value, dict) and "meta_template" in value and "round" not in value:
+        value = value["meta_template"]  # a model config written as JSON
+    if value is not None and not isinstance(value, dict):
+        raise CliError(f"{path}: a meta template must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def _meta_template(
+    model: str | None, meta_template: str | None, dataset_cfg: Any, dataset_path: str
+) -> tuple[Any, str]:
+    if model is not None and meta_template is not None:
+        raise CliError("use either --model or --meta-template, not both")
+    if model is not None:
+        found = _first_model(_load_config(model), model, required=True)
+        assert found is not None
+        return found
+    if meta_template is not None:
+        return _read_meta_template(meta_template), meta_template
+    found = _first_model(dataset_cfg, dataset_path, required=False)
+    if found is not None:
+        _note(f"note: using the meta template of model {found[1]}")
+        return found
+    return None, "none"
+
+
+def _load_tokenizer(spec: str) -> Any:
+    """A ``tokenizers.Tokenizer`` (file, directory with ``tokenizer.json`` or hub name) or a
+    tiktoken encoding (``tiktoken:cl100k_base``)."""
+    if spec.startswith("tiktoken:"):
+        try:
+            tiktoken = importlib.import_module("tiktoken")
+        except ImportError as exc:
+            raise CliError(f"--tokenizer {spec}: needs tiktoken (pip install tiktoken)") from exc
+        try:
+            return tiktoken.get_encoding(spec.removeprefix("tiktoken:"))
+        except Exception as exc:
+            raise CliError(f"--tokenizer {spec}: {_describe(exc)}") from exc
+    try:
+        tokenizers = importlib.import_module("tokenizers")
+    except ImportError as exc:
+        raise CliError(f"--tokenizer {spec}: needs tokenizers (pip install tokenizers)") from exc
+    p = Path(spec)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if p.suffix == ".json" and not p.is_file():  # a file name, not a hub name
+        raise CliError(f"--tokenizer {spec}: no such file {str(p)!r}")
+    try:
+        if p.is_file():
+            return tokenizers.Tokenizer.from_file(str(p))
+        return tokenizers.Tokenizer.from_pretrained(spec)
+    except Exception as exc:
+        raise CliError(f"--tokenizer {spec}: cannot load: {_describe(exc)}") from exc
+
+
+def _prepare(
+    config: str,
+    *,
+    data: str,
+    train: str | None,
+    dataset: str | None,
+    model: str | None,
+    meta_template: str | None,
+    api: bool,
+    flavor: str | None,
+    mode: str | None,
+    tokenizer: str | None = None,
+    max_seq_len: int | None = None,
+    progress: _Progress | None = None,
+) -> _Job:
+    from promptweave.dataset import DatasetRenderer
+    from promptweave.tokens import as_token_counter
+
+    if max_seq_len is not None and tokenizer is None:
+        raise CliError("--max-seq-len needs --tokenizer to count tokens")
+    cfg = _load_config(config)
+    ds, name = _select_dataset(cfg, dataset, config)
+    meta, model_name = _meta_template(model, meta_template, cfg, config)
+    phase = progress.phase if progress is not None else None
+    test_rows = read_rows(data, phase(f"reading {data}") if phase else None)
+    train_rows = None
+    if train is not None:
+        train_rows = read_rows(train, phase(f"reading {train}") if phase else None)
+    tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
+    with _errors_as_cli(f"dataset {name}"):
+        renderer = DatasetRenderer.from_config(
+            ds,
+            None,
+            meta_template=meta,
+            api=api,
+            flavor=flavor or cfg.flavor,
+            mode=mode,
+            max_seq_len=max_seq_len,
+            token_counter=tok,
+        )
+    return _Job(
+        renderer,
+        test_rows,
+        # the reference reads ICE from the test rows when there is no train split; pass them in
+        # full so that --limit / -n never shrinks the pool the examples are drawn from
+        train_rows if train_rows is not None else test_rows,
+        name,
+        model_name,
+        api,
+        as_token_counter(tok) if tok is not None else None,
+    )
+
+
+# ============================================================================ rendering
+
+
+class _Progress:
+    """A one-line progress display on stderr for the phases of a job (reading, rendering,
+    writing). It appears only when stderr is a terminal and the job has run for more than
+    ``delay`` seconds, and it ticks (elapsed time) while the Rust job renders in one call."""
+
+    def __init__(self, delay: float = 1.0) -> None:
+        self.delay = delay
+        self.label, self.total, self.done = "", 0, 0
+        self.enabled = sys.stderr.isatty()
+        self._start = time.monotonic()
+        self._stop = threading.Event()
+        self._shown = False
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+    def phase(self, label: str, total: int = 0) -> Callable[[int], None]:
+        """Start a phase of ``total`` rows (0: unknown); returns the ``update(n)`` callback."""
+        self.label, self.total, self.done = label, total, 0
+        return self.update
+
+    def update(self, n: int) -> None:
+        self.done += n
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self._start
+        if not self.total:
+            return f"{self.label}: {self.done:,} rows  {elapsed:.1f} s"
+        share = min(self.done / self.total, 1.0)
+        bar = "█" * round(share * 24) + "·" * (24 - round(share * 24))
+        return f"{self.label}: {bar} {self.done:,}/{self.total:,} rows  {elapsed:.1f} s"
+
+    def _run(self) -> None:
+        if self._stop.wait(self.delay):
+            return
+        while True:
+            sys.stderr.write(f"\r{self.line()}\x1b[K")
+            sys.stderr.flush()
+            self._shown = True
+            if self._stop.wait(0.2):
+                return
+
+
+def _render(
+    job: _Job,
+    progress: _Progress | None,
+    *,
+    limit: int | None,
+    strict: bool,
+    zero_shot: bool = False,
+) -> Any:
+    n = len(job.test) if limit is None else min(limit, len(job.test))
+    ice: list[list[int]] | None = [[] for _ in range(n)] if zero_shot else None
+    update = progress.phase("rendering", n) if progress is not None else None
+    with _errors_as_cli():
+        return job.renderer.render(
+            job.test, job.train, ice_indices=ice, limit=limit, strict=strict, progress=update
+        )
+
+
+def _warn_missing(result: Any) -> None:
+    for name, count in sorted(result.missing_columns.items()):
+        rows = "row" if count == 1 else "rows"
+        _note(f"warning: column {name!r} missing in {count} {rows} (left as '{{{name}}}')")
+
+
+def _json_default(value: object) -> str:
+    return str(value)
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
+_ASCII_ENCODER = json.JSONEncoder(default=_json_default)
+
+
+def _dumps(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` (one encoder, not one per call)."""
+    return _ENCODER.encode(value)
+
+
+def prompt_sha256(prompt: Any) -> str:
+    """SHA-256 (hex) of a prompt: of its UTF-8 bytes for a string, of
+    ``json.dumps(messages, ensure_ascii=False)`` for a message list."""
+    text = prompt if isinstance(prompt, str) else _dumps(prompt)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _records(
+    result: Any, progress: Callable[[int], None] | None = None
+) -> Iterator[dict[str, Any]]:
+    for i, (prompt, ice) in enumerate(zip(result.prompts, result.ice_indices, strict=True)):
+        if progress is not None and i and not i % 1024:
+            progress(1024)
+        if result.mode == "ppl":
+            by_label = {str(label): p for label, p in prompt.items()}
+            yield {
+                "index": i,
+                "prompts": by_label,
+                "ice_indices": list(ice),
+                "sha256": {label: prompt_sha256(p) for label, p in by_label.items()},
+            }
+        else:
+            yield {
+                "index": i,
+                "prompt": prompt,
+                "ice_indices": list(ice),
+                "sha256": prompt_sha256(prompt),
+            }
+
+
+def _json_line(record: Mapping[str, Any]) -> bytes:
+    try:
+        return (_dumps(record) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: keep the line valid (escaped) JSON
+        return (_ASCII_ENCODER.encode(record) + "\n").encode("ascii")
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path) -> Iterator[BinaryIO]:
+    """A binary file that replaces ``path`` only once everything was written and synced.
+
+    The data goes to a temporary file in the same directory, which is fsynced and then moved
+    over ``path`` with ``os.replace``; on any error (or ``KeyboardInterrupt``) the temporary file
+    is removed and ``path`` is left as it was.
+    """
+    directory = path.parent
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except FileNotFoundError as exc:
+        raise CliError(
+            f"{path}: cannot write: directory {str(directory)!r} does not exist"
+        ) from exc
+    except OSError as exc:
+        raise CliError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _mode_for(path))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError, AttributeError):  # make the rename durable (POSIX)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions of the file being replaced, or the default for a new file (0o666 minus
+    the umask) -- ``mkstemp`` creates files readable by the owner only."""
+    with contextlib.suppress(OSError):
+        return path.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _write_records(result: Any, out: str | None, progress: _Progress | None = None) -> None:
+    update = progress.phase("writing", len(result.prompts)) if progress is not None else None
+    if out is None or out == "-":
+        stream = sys.stdout.buffer
+        try:
+            for record in _records(result, update):
+                stream.write(_json_line(record))
+            stream.flush()
+        except BrokenPipeError:  # e.g. `| head`: stop quietly
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(1) from None
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise CliError(f"--out {out}: is a directory")
+    try:
+        with atomic_output(path) as f:
+            for record in _records(result, update):
+                f.write(_json_line(record))
+    except OSError as exc:
+        raise _Failure(f"{out}: cannot write: {exc.strerror or exc}") from exc
+
+
+# ============================================================================ show
+
+
+_STYLE: Mapping[str, Mapping[str, Any]] = {
+    "header": {"fg": "cyan", "bold": True},
+    "marker": {"fg": "yellow", "dim": True},
+    "role": {"fg": "magenta", "bold": True},
+    "ws": {"dim": True},
+    "gen": {"fg": "green", "bold": True},
+}
+
+
+def _s(text: str, kind: str) -> str:
+    return click.style(text, **_STYLE[kind])
+
+
+def _escape(text: str) -> str:
+    """Control and invisible format characters made visible (``\\r`` as ``␍``, U+200B as
+    ``⟨U+200B⟩``); tabs and everything printable are kept."""
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for ch in text:
+        if ch == "\t" or ch.isprintable():
+            out.append(ch)
+        elif ch == "\r":
+            out.append(_s("␍", "ws"))
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+            out.append(_s(f"⟨U+{ord(ch):04X}⟩", "ws"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _visible(text: str, *, final: bool) -> str:
+    """``text`` with trailing whitespace of each line shown (``·`` for a space, ``→`` for a tab)
+    and, when ``final``, the trailing newlines shown as ``⏎``."""
+    lines = text.split("\n")
+    content_end = len(lines)  # lines[content_end:] are the empty lines after the last newline
+    while content_end > 0 and lines[content_end - 1] == "":
+        content_end -= 1
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        last = i == len(lines) - 1
+        body = line.rstrip(" \t") if (not last or final) else line
+        tail = line[len(body) :]
+        shown = _escape(body) + (
+            _s(tail.replace(" ", "·").replace("\t", "→"), "ws") if tail else ""
+        )
+        if final and not last and i >= content_end - 1:
+            shown += _s("⏎", "ws")
+        out.append(shown)
+    return "\n".join(out)
+
+
+def _ice_span(full: Sequence[_T], zero: Sequence[_T], *, text: bool) -> tuple[int, int] | None:
+    """Where the in-context examples are in ``full``: the one insertion that turns the
+    zero-shot rendering ``zero`` into ``full`` (preferring line boundaries), or ``None``."""
+    d = len(full) - len(zero)
+    if d <= 0:
+        return None
+    p = 0
+    while p < len(zero) and full[p] == zero[p]:
+        p += 1
+    s = 0
+    while s < len(zero) and full[-1 - s] == zero[-1 - s]:
+        s += 1
+    lo, hi = len(zero) - s, p
+    if lo > hi:
+        return None
+    if not text:
+        return lo, lo + d
+
+    def score(b: int) -> int:
+        starts = b == 0 or full[b - 1] == "\n"
+        ends = full[b + d - 1] == "\n"
+        return 2 * starts + ends
+
+    best = max(range(lo, hi + 1), key=lambda b: (score(b), -b))
+    return best, best + d
+
+
+def _content(message: Any) -> Any:
+    if isinstance(message, Mapping):
+        return message.get("prompt", message.get("content", message))
+    return message
+
+
+def _count(prompt: Any, counter: Callable[[str], int]) -> int:
+    if isinstance(prompt, str):
+        return counter(prompt)
+    if isinstance(prompt, list):
+        return sum(counter(str(_content(m))) for m in prompt)
+    return counter(str(prompt))
+
+
+def _ice_marker(ice: Sequence[int]) -> str:
+    return _s(f"── in-context examples (k={len(ice)}: {list(ice)}) ──", "marker")
+
+
+def _end_marker() -> str:
+    return _s("── end of examples ──", "marker")
+
+
+def _format_text(prompt: str, span: tuple[int, int] | None, ice: Sequence[int], end: str) -> str:
+    cont = _s("⤸", "ws")  # a line broken for a marker, not by the prompt
+    if not prompt:
+        return _s("⟨empty prompt⟩", "ws") + end
+    if span is None:
+        return _visible(prompt, final=True) + end
+    b, e = span
+    parts: list[str] = []
+    head, block, tail = prompt[:b], prompt[b:e], prompt[e:]
+    if head:
+        parts.append(_visible(head, final=False) + ("" if head.endswith("\n") else cont + "\n"))
+    parts.append(_ice_marker(ice) + "\n")
+    parts.append(_visible(block, final=False) + ("" if block.endswith("\n") else cont + "\n"))
+    parts.append(_end_marker() + "\n")
+    parts.append(_visible(tail, final=True) + end)
+    return "".join(parts)
+
+
+def _format_messages(
+    messages: Sequence[Any], span: tuple[int, int] | None, ice: Sequence[int], end: str
+) -> str:
+    lines: list[str] = []
+    for i, message in enumerate(messages):
+        if span is not None and i == span[0]:
+            lines.append(_ice_marker(ice))
+        if span is not None and i == span[1]:
+            lines.append(_end_marker())
+        role = message.get("role", "?") if isinstance(message, Mapping) else "?"
+        content = _content(message)
+        tag = f"[{role}]"
+        if isinstance(content, str):
+            text = _visible(content, final=True)
+            if content.endswith("\n"):  # the ⏎ marks end the message; no empty last line
+                text = text[: text.rfind("\n")]
+        else:
+            text = repr(content)
+        indent = " " * (len(tag) + 1)
+        lines.append(_s(tag, "role") + " " + text.replace("\n", "\n" + indent))
+    if span is not None and span[1] == len(messages):
+        lines.append(_end_marker())
+    lines.append(end.strip("\n") if end else "")
+    return "\n".join(line for line in lines if line)
+
+
+def _format_prompt(
+    prompt: Any, zero: Any, ice: Sequence[int], *, generate: bool
+) -> tuple[str, tuple[int, int] | None]:
+    end = _s("⟨generate⟩", "gen") if generate else _s("⟨end⟩", "ws")
+    if isinstance(prompt, str):
+        span = _ice_span(prompt, zero, text=True) if ice and isinstance(zero, str) else None
+        return _format_text(prompt, span, ice, end), span
+    if isinstance(prompt, list):
+        span = None
+        if ice and isinstance(zero, list):
+            span = _ice_span(list(prompt), list(zero), text=False)
+        return _format_messages(prompt, span, ice, "\n" + end), span
+    return repr(prompt), None
+
+
+def _tokens(prompt: Any, zero: Any, job: _Job, span: Any) -> str:
+    if job.counter is None:
+        return ""
+    total = _count(prompt, job.counter)
+    if span is None:
+        return f" · {total:,} tokens"
+    return f" · {total:,} tokens ({total - _count(zero, job.counter):,} in examples)"
+
+
+def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
+    result = _render(job, None, limit=n, strict=strict)
+    zero = _render(job, None, limit=n, strict=False, zero_shot=True)
+    _warn_missing(result)
+    r = job.renderer
+    retriever = str(r.retriever_cfg.get("type", "ZeroRetriever"))
+    retriever = getattr(r.retriever_cfg.get("type"), "name", retriever)
+    kind = "API model (message lists)" if job.api else "string model"
+    echo = click.echo
+    echo(_s(title or f"dataset {job.dataset}", "header"))
+    echo(
+        f"  {r.flavor} · {result.mode} mode · {retriever} · {kind} · meta template: {job.model}"
+        f" · {len(job.test):,} test rows, {len(job.train):,} train rows"
+    )
+    for i, prompt in enumerate(result.prompts):
+        ice = result.ice_indices[i]
+        shots = f"{len(ice)} in-context example{'' if len(ice) == 1 else 's'} {list(ice)}"
+        if result.mode == "ppl":
+            echo(_s(f"━━ row {i} · {shots} · {len(prompt)} labels ━━", "header"))
+            for label, p in prompt.items():
+                z = zero.prompts[i].get(label)
+                body, span = _format_prompt(p, z, ice, generate=False)
+                echo(_s(f"── label {label!r}{_tokens(p, z, job, span)} ──", "header"))
+                echo(body)
+        else:
+            z = zero.prompts[i]
+            body, span = _format_prompt(prompt, z, ice, generate=True)
+            echo(_s(f"━━ row {i} · {shots}{_tokens(prompt, z, job, span)} ━━", "header"))
+            echo(body)
+        echo()
+    return result
+
+
+# ============================================================================ commands
+
+
+def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.argument("dataset_config", metavar="DATASET_CONFIG"),
+        click.option(
+            "--data",
+            required=True,
+            metavar="FILE",
+            help="Test rows: .jsonl, .json (list of rows or object of columns), .csv, .tsv or "
+            ".parquet.",
+        ),
+        click.option(
+            "--train",
+            metavar="FILE",
+            help="Rows the in-context examples are drawn from (default: the test rows).",
+        ),
+        click.option(
+            "--dataset",
+            "dataset",
+            metavar="ABBR|INDEX",
+            help="Which dataset of the config (by abbr or index; default: the first).",
+        ),
+        click.option(
+            "--model",
+            metavar="MODEL_CONFIG",
+            help="Model config (.py) whose meta_template to use (default: the first model of "
+            "DATASET_CONFIG, if it has one).",
+        ),
+        click.option(
+            "--meta-template",
+            metavar="FILE",
+            help="Meta template as a .json object or a .py config defining meta_template.",
+        ),
+        click.option(
+            "--api",
+            is_flag=True,
+            help="Render for an API model: message lists (APITemplateParser).",
+        ),
+        click.option(
+            "--flavor",
+            type=click.Choice(["opencompass", "aisbench"]),
+            help="Reference behaviour (default: detected from the config's imports).",
+        ),
+        click.option(
+            "--mode",
+            type=click.Choice(["gen", "ppl"]),
+            help="Generation or perplexity prompts (default: from the inferencer).",
+        ),
+        click.option(
+            "--strict",
+            is_flag=True,
+            help="A column the template uses but a row lacks is an error (default: a warning; "
+            "the placeholder stays, as in the reference).",
+        ),
+        click.option(
+            "--tokenizer",
+            metavar="NAME_OR_PATH",
+            help="Count tokens: a tokenizer.json file or directory, a HuggingFace hub name, or "
+            "tiktoken:ENCODING.",
+        ),
+        click.option(
+            "--max-seq-len",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Drop in-context examples from the end until the prompt fits N tokens, as the "
+            "reference inferencers do (needs --tokenizer).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="promptweave", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Render evaluation datasets into the exact prompts OpenCompass 0.5.4 / AISBench 3.1 build.
+
+    DATASET_CONFIG is an OpenCompass or AISBench dataset config file (.py); it is executed to
+    read it, as those frameworks do, so only use configs you trust.
+    """
+
+
+@cli.command()
+@_data_options
+@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="Only the first N rows.")
+@click.option(
+    "--out",
+    "-o",
+    metavar="FILE",
+    help="Write JSONL here (atomically: complete or not at all); default: stdout.",
+)
+def render(
+    dataset_config: str, limit: int | None, out: str | None, strict: bool, **kw: Any
+) -> None:
+    """Render every test row; write one JSON object per line.
+
+    Each line is {"index", "prompt" (str, or message list with --api) or "prompts" (label ->
+    prompt, ppl mode), "ice_indices", "sha256"}; sha256 is over the UTF-8 prompt, or over
+    json.dumps(messages, ensure_ascii=False) for message lists.
+    """
+    with _Progress() as progress:
+        job = _prepare(dataset_config, progress=progress, **kw)
+        result = _render(job, progress, limit=limit, strict=strict)
+        _write_records(result, out, progress)
+    _warn_missing(result)
+    if out not in (None, "-"):
+        _note(f"wrote {len(result.prompts):,} prompts ({result.mode}) to {out}")
+
+
+@cli.command()
+@_data_options
+@click.option(
+    "-n",
+    "n",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="How many rows to show.",
+)
+def show(dataset_config: str, n: int, strict: bool, **kw: Any) -> None:
+    """Print the first N rendered prompts for a person.
+
+    The in-context examples are framed by marker lines, roles of message lists are tagged
+    ([HUMAN] ...), trailing whitespace is shown (· space, → tab, ⏎ final newline) and
+    ⟨generate⟩ marks where the model starts generating. Colour only on a terminal.
+    """
+    _show(_prepare(dataset_config, **kw), n=n, strict=strict)
+
+
+_DEMO_RUNS = (
+    (
+        "mmlu_demo_gen.py",
+        "chatml_model.py",
+        False,
+        2,
+        "2-shot MMLU-style dialogue through a ChatML model (gen)",
+    ),
+    ("mmlu_demo_gen.py", "api_model.py", True, 1, "the same through an API model (message lists)"),
+    ("mmlu_demo_ppl.py", "chatml_model.py", False, 1, "perplexity prompts, one per option"),
+)
+
+
+@cli.command()
+def demo() -> None:
+    """Render the built-in demo (promptweave/demo): an MMLU-style dataset through a ChatML
+    model, an API model and perplexity prompts."""
+    with resources.as_file(resources.files("promptweave") / "demo") as directory:
+        summary: list[str] = []
+        for dataset_file, model_file, api, n, title in _DEMO_RUNS:
+            job = _prepare(
+                str(directory / dataset_file),
+                data=str(directory / "test.jsonl"),
+                train=str(directory / "train.jsonl"),
+                dataset=None,
+                model=str(directory / model_file),
+                meta_template=None,
+                api=api,
+                flavor=None,
+                mode=None,
+                tokenizer=None,
+            )
+            job.model = model_file
+            _show(job, n=n, strict=True, title=f"{title}: {dataset_file} + {model_file}")
+            start = time.perf_counter()
+            result = _render(job, None, limit=None, strict=True)
+            ms = (time.perf_counter() - start) * 1000
+            prompts = len(result.prompts) * (len(result.labels) if result.labels else 1)
+            summary.append(
+                f"  {dataset_file} + {model_file}: {len(result.prompts)} rows -> {prompts} "
+                f"prompts in {ms:.1f} ms ({result.rust_rows} rows by the Rust job)"
+            )
+        click.echo(_s("summary", "header"))
+        for line in summary:
+            click.echo(line)
+        click.echo(
+            "\nRender them yourself:\n"
+            f"  cd {directory}\n"
+            "  promptweave render mmlu_demo_gen.py --data test.jsonl --train train.jsonl "
+            "--model chatml_model.py --out prompts.jsonl"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``promptweave`` script and of ``python -m promptweave``."""
+    color = False if os.environ.get("NO_COLOR") else None
+    cli.main(args=list(argv) if argv is not None else None, color=color)

@@ -1,0 +1,872 @@
+"""End-to-end tests of the ``promptweave`` command line (``python -m promptweave``)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from promptweave import cli
+
+# ---------------------------------------------------------------------------- fixtures
+
+ROWS = [
+    {"question": "What is 2 + 2?", "A": "3", "B": "4", "answer": "B"},
+    {"question": "Which planet is red?", "A": "Mars", "B": "Venus", "answer": "A"},
+    {"question": "水的化学式是什么\uff1f", "A": "H2O", "B": "CO2", "answer": "A"},
+    {"question": "Is 7 prime?", "A": "yes", "B": "no", "answer": "A"},
+]
+TRAIN = [
+    {"question": "1 + 1 = ?", "A": "2", "B": "3", "answer": "A"},
+    {"question": "Capital of France?", "A": "Rome", "B": "Paris", "answer": "B"},
+    {"question": "3 * 3 = ?", "A": "6", "B": "9", "answer": "B"},
+]
+QUESTION = "{question}\nA. {A}\nB. {B}\nAnswer: "
+
+IMPORTS = """\
+from opencompass.openicl.icl_prompt_template import PromptTemplate
+from opencompass.openicl.icl_retriever import FixKRetriever, ZeroRetriever
+from opencompass.openicl.icl_inferencer import GenInferencer, PPLInferencer
+"""
+READER = "reader_cfg = dict(input_columns=['question', 'A', 'B'], output_column='answer')\n"
+
+STRING_CFG = (
+    IMPORTS
+    + READER
+    + """\
+infer_cfg = dict(
+    prompt_template=dict(type=PromptTemplate, template='Q: {question}\\nA: {answer}'),
+    retriever=dict(type=ZeroRetriever),
+    inferencer=dict(type=GenInferencer),
+)
+string_datasets = [dict(abbr='string', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]
+"""
+)
+
+ICE_TEMPLATE = {
+    "round": [
+        {"role": "HUMAN", "prompt": QUESTION},
+        {"role": "BOT", "prompt": "{answer}\n"},
+    ]
+}
+PROMPT_TEMPLATE = {
+    "begin": [
+        {"role": "SYSTEM", "fallback_role": "HUMAN", "prompt": "Answer the questions."},
+        "</E>",
+    ],
+    "round": [{"role": "HUMAN", "prompt": QUESTION}],
+}
+DIALOGUE_CFG = (
+    IMPORTS
+    + READER
+    + f"""\
+infer_cfg = dict(
+    ice_template=dict(type=PromptTemplate, template={ICE_TEMPLATE!r}),
+    prompt_template=dict(type=PromptTemplate, template={PROMPT_TEMPLATE!r}, ice_token='</E>'),
+    retriever=dict(type=FixKRetriever, fix_id_list=[0, 2]),
+    inferencer=dict(type=GenInferencer),
+)
+dialogue_datasets = [dict(abbr='dialogue', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]
+"""
+)
+
+PPL_TEMPLATE = {
+    label: {"round": [{"role": "HUMAN", "prompt": QUESTION}, {"role": "BOT", "prompt": label}]}
+    for label in ("A", "B")
+}
+PPL_CFG = (
+    IMPORTS
+    + READER
+    + f"""\
+infer_cfg = dict(
+    prompt_template=dict(type=PromptTemplate, template={PPL_TEMPLATE!r}),
+    retriever=dict(type=ZeroRetriever),
+    inferencer=dict(type=PPLInferencer),
+)
+ppl_datasets = [dict(abbr='ppl', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]
+"""
+)
+
+CHATML = {
+    "round": [
+        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
+        {
+            "role": "BOT",
+            "begin": "<|im_start|>assistant\n",
+            "end": "<|im_end|>\n",
+            "generate": True,
+        },
+    ],
+    "reserved_roles": [{"role": "SYSTEM", "begin": "<|im_start|>system\n", "end": "<|im_end|>\n"}],
+}
+API_META = {
+    "round": [
+        {"role": "HUMAN", "api_role": "HUMAN"},
+        {"role": "BOT", "api_role": "BOT", "generate": True},
+    ],
+    "reserved_roles": [{"role": "SYSTEM", "api_role": "SYSTEM"}],
+}
+MODEL_CFG = f"""\
+from opencompass.models import HuggingFaceCausalLM
+models = [dict(type=HuggingFaceCausalLM, abbr='chatml', meta_template={CHATML!r})]
+"""
+API_MODEL_CFG = f"""\
+from opencompass.models import OpenAISDK
+models = [dict(type=OpenAISDK, abbr='api', meta_template={API_META!r})]
+"""
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    return path
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A directory with the configs, a model config and test/train rows."""
+    (tmp_path / "string_cfg.py").write_text(STRING_CFG, "utf-8")
+    (tmp_path / "dialogue_cfg.py").write_text(DIALOGUE_CFG, "utf-8")
+    (tmp_path / "ppl_cfg.py").write_text(PPL_CFG, "utf-8")
+    (tmp_path / "model.py").write_text(MODEL_CFG, "utf-8")
+    (tmp_path / "api_model.py").write_text(API_MODEL_CFG, "utf-8")
+    write_jsonl(tmp_path / "test.jsonl", ROWS)
+    write_jsonl(tmp_path / "train.jsonl", TRAIN)
+    return tmp_path
+
+
+def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    env.pop(cli.TRACEBACK_ENV, None)
+    return subprocess.run(
+        [sys.executable, "-m", "promptweave", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def ok(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = run(cwd, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def fails(cwd: Path, *args: str, code: int = 2) -> str:
+    """Run a command that must fail with ``code`` and a one-line ``error:``; return stderr."""
+    proc = run(cwd, *args)
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    assert proc.stdout == ""
+    return errors[0]
+
+
+def records(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def chatml_expected(row: dict[str, Any], shots: list[dict[str, Any]]) -> str:
+    def q(r: dict[str, Any]) -> str:
+        return QUESTION.format(**r)
+
+    out = "<|im_start|>system\nAnswer the questions.<|im_end|>\n"
+    for r in shots:
+        out += f"<|im_start|>user\n{q(r)}<|im_end|>\n"
+        out += f"<|im_start|>assistant\n{r['answer']}\n<|im_end|>\n"
+    return out + f"<|im_start|>user\n{q(row)}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def listing(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+# ---------------------------------------------------------------------------- render
+
+
+def test_help_lists_the_commands(work: Path) -> None:
+    out = ok(work, "--help").stdout
+    for command in ("render", "show", "demo"):
+        assert command in out
+    assert "--strict" in ok(work, "render", "--help").stdout
+
+
+def test_render_string_template_to_stdout(work: Path) -> None:
+    recs = records(ok(work, "render", "string_cfg.py", "--data", "test.jsonl").stdout)
+    assert [r["index"] for r in recs] == [0, 1, 2, 3]
+    for rec, row in zip(recs, ROWS, strict=True):
+        # gen mode masks the output column with ''
+        assert rec["prompt"] == f"Q: {row['question']}\nA: "
+        assert rec["ice_indices"] == []
+        assert rec["sha256"] == sha(rec["prompt"])
+        assert set(rec) == {"index", "prompt", "ice_indices", "sha256"}
+
+
+def test_render_dialogue_fixk_to_file(work: Path) -> None:
+    args = ["dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    proc = ok(work, "render", *args, "--model", "model.py", "--out", "out.jsonl")
+    assert proc.stdout == ""
+    assert "wrote 4 prompts" in proc.stderr
+    text = (work / "out.jsonl").read_text("utf-8")
+    assert ROWS[2]["question"] in text  # UTF-8, not \u escapes
+    recs = records(text)
+    for rec, row in zip(recs, ROWS, strict=True):
+        assert rec["ice_indices"] == [0, 2]
+        assert rec["prompt"] == chatml_expected(row, [TRAIN[0], TRAIN[2]])
+        assert rec["sha256"] == sha(rec["prompt"])
+    # the same bytes as on stdout
+    assert ok(work, "render", *args, "--model", "model.py").stdout == text
+    # no temporary file left behind
+    assert not [n for n in listing(work) if n.endswith(".tmp")]
+
+
+def test_output_file_permissions_are_the_usual_ones(work: Path) -> None:
+    ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--out", "out.jsonl")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (work / "out.jsonl").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_render_without_train_draws_examples_from_the_test_rows(work: Path) -> None:
+    proc = ok(work, "render", "dialogue_cfg.py", "--data", "test.jsonl", "--model", "model.py")
+    recs = records(proc.stdout)
+    assert recs[1]["prompt"] == chatml_expected(ROWS[1], [ROWS[0], ROWS[2]])
+    # --limit shortens the test rows, not the pool of examples (row 2 is still example 2)
+    limited = ok(
+        work,
+        "render",
+        "dialogue_cfg.py",
+        "--data",
+        "test.jsonl",
+        "--model",
+        "model.py",
+        "--limit",
+        "1",
+    )
+    assert records(limited.stdout) == recs[:1]
+
+
+def test_render_ppl_label_dict(work: Path) -> None:
+    recs = records(
+        ok(work, "render", "ppl_cfg.py", "--data", "test.jsonl", "--model", "model.py").stdout
+    )
+    assert len(recs) == 4
+    for rec, row in zip(recs, ROWS, strict=True):
+        assert set(rec) == {"index", "prompts", "ice_indices", "sha256"}
+        assert list(rec["prompts"]) == ["A", "B"]
+        for label, prompt in rec["prompts"].items():
+            q = QUESTION.format(**row)
+            assert prompt == (
+                f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{label}<|im_end|>\n"
+            )
+            assert rec["sha256"][label] == sha(prompt)
+
+
+def test_render_api_messages(work: Path) -> None:
+    proc = ok(
+        work,
+        "render",
+        "dialogue_cfg.py",
+        "--data",
+        "test.jsonl",
+        "--train",
+        "train.jsonl",
+        "--model",
+        "api_model.py",
+        "--api",
+    )
+    rec = records(proc.stdout)[0]
+    q = QUESTION.format
+    assert rec["prompt"] == [
+        {"role": "SYSTEM", "prompt": "Answer the questions."},
+        {"role": "HUMAN", "prompt": q(**TRAIN[0])},
+        {"role": "BOT", "prompt": "A\n"},
+        {"role": "HUMAN", "prompt": q(**TRAIN[2])},
+        {"role": "BOT", "prompt": "B\n"},
+        {"role": "HUMAN", "prompt": q(**ROWS[0])},
+    ]
+    assert rec["sha256"] == sha(json.dumps(rec["prompt"], ensure_ascii=False))
+
+
+def test_render_limit(work: Path) -> None:
+    recs = records(
+        ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--limit", "2").stdout
+    )
+    assert [r["index"] for r in recs] == [0, 1]
+    assert ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--limit", "0").stdout == ""
+
+
+def test_meta_template_file_json_and_py(work: Path) -> None:
+    (work / "meta.json").write_text(json.dumps(CHATML), "utf-8")
+    (work / "meta.py").write_text(f"meta_template = {CHATML!r}\n", "utf-8")
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    expected = ok(work, *args, "--model", "model.py").stdout
+    assert ok(work, *args, "--meta-template", "meta.json").stdout == expected
+    assert ok(work, *args, "--meta-template", "meta.py").stdout == expected
+
+
+def test_model_in_the_dataset_config_is_used(work: Path) -> None:
+    (work / "eval.py").write_text(DIALOGUE_CFG + MODEL_CFG, "utf-8")
+    args = ["--data", "test.jsonl", "--train", "train.jsonl"]
+    proc = ok(work, "render", "eval.py", *args)
+    assert "chatml" in proc.stderr  # says which meta template it took
+    assert proc.stdout == ok(work, "render", "dialogue_cfg.py", *args, "--model", "model.py").stdout
+
+
+# ---------------------------------------------------------------------------- input formats
+
+
+def _expected_plain(work: Path) -> str:
+    return ok(
+        work, "render", "dialogue_cfg.py", "--data", "test.jsonl", "--model", "model.py"
+    ).stdout
+
+
+def _render_data(work: Path, name: str) -> str:
+    return ok(work, "render", "dialogue_cfg.py", "--data", name, "--model", "model.py").stdout
+
+
+def test_json_list_of_rows(work: Path) -> None:
+    (work / "test.json").write_text(json.dumps(ROWS, ensure_ascii=False, indent=1), "utf-8")
+    assert _render_data(work, "test.json") == _expected_plain(work)
+
+
+def test_json_object_of_columns(work: Path) -> None:
+    columns = {c: [r[c] for r in ROWS] for c in ROWS[0]}
+    (work / "test.json").write_text(json.dumps(columns), "utf-8")
+    assert _render_data(work, "test.json") == _expected_plain(work)
+
+
+def test_csv_and_tsv(work: Path) -> None:
+    for name, delimiter in (("test.csv", ","), ("test.tsv", "\t")):
+        with (work / name).open("w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(ROWS[0]), delimiter=delimiter)
+            writer.writeheader()
+            writer.writerows(ROWS)
+        assert _render_data(work, name) == _expected_plain(work)
+
+
+def test_csv_values_are_strings(work: Path) -> None:
+    (work / "n.csv").write_text("question,A,B,answer\n1,2,3,A\n", "utf-8")
+    csv_rec = records(ok(work, "render", "string_cfg.py", "--data", "n.csv").stdout)[0]
+    assert csv_rec["prompt"] == "Q: 1\nA: "
+
+
+def test_parquet(work: Path) -> None:
+    pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed")
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed")
+    pq.write_table(pa.Table.from_pylist(ROWS), work / "test.parquet")
+    assert _render_data(work, "test.parquet") == _expected_plain(work)
+
+
+def test_parquet_without_pyarrow(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (work / "test.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails
+    with pytest.raises(cli.CliError, match="reading Parquet needs pyarrow"):
+        cli.read_rows(str(work / "test.parquet"))
+
+
+def test_invalid_parquet(work: Path) -> None:
+    pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed")
+    (work / "bad.parquet").write_bytes(b"not parquet at all")
+    assert "bad.parquet: invalid Parquet file" in fails(
+        work, "render", "string_cfg.py", "--data", "bad.parquet"
+    )
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_malformed_json_line(work: Path) -> None:
+    lines = [json.dumps(r) for r in ROWS]
+    lines[2] = '{"question": "oops", '
+    (work / "bad.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    err = fails(work, "render", "string_cfg.py", "--data", "bad.jsonl")
+    assert err.startswith("error: bad.jsonl:3: invalid JSON: ")
+
+
+def test_jsonl_line_that_is_not_an_object(work: Path) -> None:
+    (work / "bad.jsonl").write_text('{"question": "a"}\n\n[1, 2]\n', "utf-8")
+    err = fails(work, "render", "string_cfg.py", "--data", "bad.jsonl")
+    assert err == "error: bad.jsonl:3: expected a JSON object per line, got an array"
+
+
+def test_malformed_json_file(work: Path) -> None:
+    (work / "bad.json").write_text('[\n{"question": "a"},\n{"question": }\n]', "utf-8")
+    assert fails(work, "render", "string_cfg.py", "--data", "bad.json").startswith(
+        "error: bad.json:3: invalid JSON: "
+    )
+    (work / "cols.json").write_text('{"question": ["a", "b"], "A": ["x"]}', "utf-8")
+    assert "different lengths" in fails(work, "render", "string_cfg.py", "--data", "cols.json")
+    (work / "num.json").write_text("3", "utf-8")
+    assert "expected a list of rows" in fails(work, "render", "string_cfg.py", "--data", "num.json")
+
+
+def test_csv_row_with_wrong_field_count(work: Path) -> None:
+    (work / "bad.csv").write_text("question,A,B,answer\nq,1,2,A\nq,1\n", "utf-8")
+    err = fails(work, "render", "string_cfg.py", "--data", "bad.csv")
+    assert err == "error: bad.csv:3: 2 fields, the header has 4"
+
+
+def test_unknown_data_format(work: Path) -> None:
+    (work / "test.txt").write_text("hello", "utf-8")
+    assert "unknown data format '.txt'" in fails(
+        work, "render", "string_cfg.py", "--data", "test.txt"
+    )
+
+
+def test_files_not_found(work: Path) -> None:
+    assert fails(work, "render", "string_cfg.py", "--data", "nope.jsonl") == (
+        "error: nope.jsonl: no such file"
+    )
+    assert (
+        fails(work, "render", "nope.py", "--data", "test.jsonl") == "error: nope.py: no such file"
+    )
+    err = fails(work, "render", "string_cfg.py", "--data", "test.jsonl", "--model", "nope.py")
+    assert err == "error: nope.py: no such file"
+    err = fails(work, "render", "string_cfg.py", "--data", "test.jsonl", "--train", "nope.jsonl")
+    assert err == "error: nope.jsonl: no such file"
+
+
+def test_missing_column_warns_and_keeps_the_placeholder(work: Path) -> None:
+    rows = [dict(r) for r in ROWS]
+    del rows[1]["question"], rows[3]["question"]
+    write_jsonl(work / "holes.jsonl", rows)
+    proc = ok(work, "render", "string_cfg.py", "--data", "holes.jsonl")
+    assert "warning: column 'question' missing in 2 rows (left as '{question}')" in proc.stderr
+    recs = records(proc.stdout)
+    assert recs[1]["prompt"] == "Q: {question}\nA: "
+    assert recs[0]["prompt"] == f"Q: {ROWS[0]['question']}\nA: "
+
+
+def test_missing_column_strict_is_an_error_and_writes_nothing(work: Path) -> None:
+    rows = [dict(r) for r in ROWS]
+    del rows[2]["A"]  # a bad row in the middle
+    write_jsonl(work / "holes.jsonl", rows)
+    before = listing(work)
+    args = ["render", "dialogue_cfg.py", "--data", "holes.jsonl", "--model", "model.py"]
+    err = fails(work, *args, "--strict", "--out", "out.jsonl")
+    assert "row 2" in err
+    assert "'A'" in err
+    assert listing(work) == before  # no output, no temporary file
+    # an existing output file is left untouched
+    (work / "out.jsonl").write_text("previous results\n", "utf-8")
+    fails(work, *args, "--strict", "--out", "out.jsonl")
+    assert (work / "out.jsonl").read_text("utf-8") == "previous results\n"
+    assert listing(work) == before | {"out.jsonl"}
+
+
+def test_unknown_role(work: Path) -> None:
+    cfg = DIALOGUE_CFG.replace("'role': 'HUMAN'", "'role': 'USER'")
+    (work / "roles.py").write_text(cfg, "utf-8")
+    err = fails(work, "render", "roles.py", "--data", "test.jsonl", "--model", "model.py")
+    assert "'USER'" in err
+    assert "role" in err
+
+
+def test_invalid_config(work: Path) -> None:
+    (work / "broken.py").write_text("x = 1\ninfer_cfg = dict(\n", "utf-8")
+    err = fails(work, "render", "broken.py", "--data", "test.jsonl")
+    assert "broken.py" in err
+    assert "SyntaxError" in err
+    (work / "raises.py").write_text("x = 1\ny = 1 / 0\n", "utf-8")
+    err = fails(work, "render", "raises.py", "--data", "test.jsonl")
+    assert "raises.py:2: ZeroDivisionError" in err
+    (work / "empty.py").write_text("x = 1\n", "utf-8")
+    assert "no dataset config" in fails(work, "render", "empty.py", "--data", "test.jsonl")
+
+
+def test_invalid_model_and_meta_template(work: Path) -> None:
+    args = ["render", "string_cfg.py", "--data", "test.jsonl"]
+    assert "either --model or --meta-template" in fails(
+        work, *args, "--model", "model.py", "--meta-template", "model.py"
+    )
+    assert "no model config" in fails(work, *args, "--model", "string_cfg.py")
+    (work / "bad.json").write_text("{", "utf-8")
+    assert "bad.json:1: invalid JSON" in fails(work, *args, "--meta-template", "bad.json")
+    (work / "list.json").write_text("[]", "utf-8")
+    assert "must be a JSON object" in fails(work, *args, "--meta-template", "list.json")
+
+
+def test_usage_errors(work: Path) -> None:
+    proc = run(work, "render", "string_cfg.py")  # --data missing
+    assert proc.returncode == 2
+    assert "--data" in proc.stderr
+    err = fails(work, "render", "string_cfg.py", "--data", "test.jsonl", "--max-seq-len", "10")
+    assert "--tokenizer" in err
+    err = fails(
+        work, "render", "string_cfg.py", "--data", "test.jsonl", "--out", "no/such/out.jsonl"
+    )
+    assert "does not exist" in err
+
+
+def test_dataset_selection(work: Path) -> None:
+    both = STRING_CFG + PPL_CFG.replace(IMPORTS + READER, "")
+    (work / "both.py").write_text(both, "utf-8")
+    proc = ok(work, "render", "both.py", "--data", "test.jsonl")
+    assert "has 2 datasets (string, ppl); using the first, string" in proc.stderr
+    assert "prompt" in records(proc.stdout)[0]
+    ppl = ok(work, "render", "both.py", "--data", "test.jsonl", "--dataset", "ppl")
+    assert ppl.stderr == ""
+    assert "prompts" in records(ppl.stdout)[0]
+    assert ok(work, "render", "both.py", "--data", "test.jsonl", "--dataset", "1").stdout == (
+        ppl.stdout
+    )
+    err = fails(work, "render", "both.py", "--data", "test.jsonl", "--dataset", "mmlu")
+    assert "no such dataset" in err
+    assert "[1] ppl" in err
+
+
+def test_flavor_detection_and_override(work: Path) -> None:
+    ais = DIALOGUE_CFG.replace("from opencompass.openicl", "from ais_bench.benchmark.openicl")
+    (work / "ais.py").write_text(ais, "utf-8")
+    args = ["--data", "test.jsonl", "--model", "model.py", "-n", "1"]
+    assert "aisbench · gen mode" in ok(work, "show", "ais.py", *args).stdout
+    assert "opencompass · gen mode" in ok(work, "show", "dialogue_cfg.py", *args).stdout
+    out = ok(work, "show", "dialogue_cfg.py", *args, "--flavor", "aisbench").stdout
+    assert "aisbench · gen mode" in out
+
+
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        (OSError(28, "No space left on device"), "error: out.jsonl: cannot write: No space left"),
+        (KeyboardInterrupt(), "Aborted"),
+    ],
+)
+def test_atomic_output_on_failure_while_writing(
+    work: Path, monkeypatch: pytest.MonkeyPatch, exc: BaseException, message: str
+) -> None:
+    """A failure (or Ctrl-C) after some lines were written leaves no partial output."""
+    out = work / "out.jsonl"
+    out.write_text("previous results\n", "utf-8")
+    before = listing(work)
+    real = cli._json_line
+    written: list[bytes] = []
+
+    def flaky(record: Any) -> bytes:
+        if len(written) == 2:
+            raise exc
+        written.append(real(record))
+        return written[-1]
+
+    monkeypatch.setattr(cli, "_json_line", flaky)
+    monkeypatch.chdir(work)
+    result = CliRunner().invoke(
+        cli.cli, ["render", "string_cfg.py", "--data", "test.jsonl", "--out", "out.jsonl"]
+    )
+    assert result.exit_code == 1
+    assert message in result.output
+    assert len(written) == 2
+    assert out.read_text("utf-8") == "previous results\n"
+    assert listing(work) == before
+
+
+def _write_then_fail(target: Path) -> None:
+    with cli.atomic_output(target) as f:
+        f.write(b"b\n")
+        raise RuntimeError("boom")
+
+
+def test_atomic_output_context_manager(tmp_path: Path) -> None:
+    target = tmp_path / "x.jsonl"
+    with cli.atomic_output(target) as f:
+        f.write(b"a\n")
+        assert not target.exists()  # nothing visible before the end
+    assert target.read_bytes() == b"a\n"
+    with pytest.raises(RuntimeError, match="boom"):
+        _write_then_fail(target)
+    assert target.read_bytes() == b"a\n"
+    assert listing(tmp_path) == {"x.jsonl"}
+
+
+def test_sha256_of_a_lone_surrogate(work: Path) -> None:
+    (work / "s.jsonl").write_text('{"question": "x\\ud800y", "answer": "A"}\n', "utf-8")
+    rec = records(ok(work, "render", "string_cfg.py", "--data", "s.jsonl").stdout)[0]
+    assert rec["prompt"] == "Q: x\ud800y\nA: "
+    assert (
+        rec["sha256"] == hashlib.sha256(rec["prompt"].encode("utf-8", "surrogatepass")).hexdigest()
+    )
+
+
+# ---------------------------------------------------------------------------- show, demo
+
+
+def test_show_string_model(work: Path) -> None:
+    proc = ok(
+        work,
+        "show",
+        "dialogue_cfg.py",
+        "--data",
+        "test.jsonl",
+        "--train",
+        "train.jsonl",
+        "--model",
+        "model.py",
+        "-n",
+        "2",
+    )
+    out = proc.stdout
+    assert "\x1b[" not in out  # no colour when stdout is not a terminal
+    assert out.count("━━ row ") == 2
+    assert "── in-context examples (k=2: [0, 2]) ──" in out
+    assert "── end of examples ──" in out
+    assert "<|im_start|>assistant⏎\n⟨generate⟩" in out
+    # the examples block is exactly the two examples, starting on a line boundary
+    start = out.index("── in-context examples")
+    end = out.index("── end of examples ──")
+    block = out[start:end].split("\n", 1)[1]
+    assert block.startswith("<|im_start|>user\n1 + 1 = ?")
+    assert block.endswith("<|im_start|>assistant\nB\n<|im_end|>\n")
+    assert "Answer: <|im_end|>" in out
+
+
+def test_show_api_messages_and_whitespace(work: Path) -> None:
+    out = ok(
+        work,
+        "show",
+        "dialogue_cfg.py",
+        "--data",
+        "test.jsonl",
+        "--train",
+        "train.jsonl",
+        "--model",
+        "api_model.py",
+        "--api",
+        "-n",
+        "1",
+    ).stdout
+    assert "[SYSTEM] Answer the questions." in out
+    assert "[HUMAN] 1 + 1 = ?" in out
+    assert "[BOT] A⏎" in out
+    assert "Answer:·" in out  # trailing space made visible
+    assert out.index("── in-context examples") < out.index("[HUMAN] 1 + 1")
+    assert out.index("── end of examples ──") < out.index("[HUMAN] What is 2 + 2?")
+    assert out.rstrip().endswith("⟨generate⟩")
+
+
+def test_show_ppl(work: Path) -> None:
+    out = ok(
+        work, "show", "ppl_cfg.py", "--data", "test.jsonl", "--model", "model.py", "-n", "1"
+    ).stdout
+    assert "── label 'A'" in out
+    assert "── label 'B'" in out
+    assert "⟨generate⟩" not in out
+
+
+def test_show_token_counts(work: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {"[UNK]": 0, "a": 1}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(work / "tokenizer.json"))
+    out = ok(
+        work,
+        "show",
+        "dialogue_cfg.py",
+        "--data",
+        "test.jsonl",
+        "--train",
+        "train.jsonl",
+        "--model",
+        "model.py",
+        "-n",
+        "1",
+        "--tokenizer",
+        "tokenizer.json",
+    ).stdout
+    counter = tok.encode
+    full = records(
+        ok(
+            work,
+            "render",
+            "dialogue_cfg.py",
+            "--data",
+            "test.jsonl",
+            "--train",
+            "train.jsonl",
+            "--model",
+            "model.py",
+            "--limit",
+            "1",
+        ).stdout
+    )[0]["prompt"]
+    assert f" · {len(counter(full).ids):,} tokens (" in out
+    err = fails(work, "show", "string_cfg.py", "--data", "test.jsonl", "--tokenizer", "nope.json")
+    assert err == "error: --tokenizer nope.json: no such file 'nope.json'"
+
+
+def test_max_seq_len_trims_examples(work: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(work / "tokenizer.json"))
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    args += ["--model", "model.py", "--limit", "1", "--tokenizer", "tokenizer.json"]
+    full = records(ok(work, *args).stdout)[0]
+    n = len(tok.encode(full["prompt"]).ids)
+    trimmed = records(ok(work, *args, "--max-seq-len", str(n - 1)).stdout)[0]
+    assert full["ice_indices"] == [0, 2]
+    assert trimmed["ice_indices"] == [0]
+
+
+def test_demo(work: Path) -> None:
+    out = ok(work, "demo").stdout
+    assert "⟨generate⟩" in out
+    assert "── in-context examples (k=2: [0, 1]) ──" in out
+    assert "[HUMAN]" in out
+    assert "── label 'A'" in out
+    assert "水的化学式是什么" in out
+    assert "summary" in out
+
+
+def test_demo_files_render(tmp_path: Path) -> None:
+    demo = Path(cli.__file__).parent / "demo"
+    args = ["--data", str(demo / "test.jsonl"), "--train", str(demo / "train.jsonl")]
+    gen = records(
+        ok(
+            tmp_path,
+            "render",
+            str(demo / "mmlu_demo_gen.py"),
+            *args,
+            "--model",
+            str(demo / "chatml_model.py"),
+        ).stdout
+    )
+    assert len(gen) == 8
+    assert all(r["ice_indices"] == [0, 1] for r in gen)
+    ppl = records(ok(tmp_path, "render", str(demo / "mmlu_demo_ppl.py"), *args).stdout)
+    assert list(ppl[0]["prompts"]) == ["A", "B", "C", "D"]
+
+
+# ---------------------------------------------------------------------------- the reference
+
+
+def _reference_dataset(reference: dict[str, Any], test: list[Any], train: list[Any]) -> Any:
+    import _golden_ns
+
+    refload = _golden_ns.import_refload()
+    return refload.make_dataset(reference["oc"], train, test, ["question", "A", "B"], "answer")
+
+
+def test_dialogue_matches_the_reference(work: Path, reference: dict[str, Any]) -> None:
+    M = reference["oc"]
+    ds = _reference_dataset(reference, ROWS, TRAIN)
+    retriever = M.FixKRetriever(ds, fix_id_list=[0, 2])
+    it = M.PromptTemplate(ICE_TEMPLATE)
+    pt = M.PromptTemplate(PROMPT_TEMPLATE, ice_token="</E>")
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    for model, parser in (
+        ("model.py", M.LMTemplateParser(CHATML)),
+        ("api_model.py", M.APITemplateParser(API_META)),
+    ):
+        extra = ["--api"] if model == "api_model.py" else []
+        recs = records(ok(work, *args, "--model", model, *extra).stdout)
+        for i, idx in enumerate(retriever.retrieve()):
+            ice = retriever.generate_ice(idx, ice_template=it)
+            prompt = retriever.generate_prompt_for_generate_task(
+                i, ice, ice_template=it, prompt_template=pt
+            )
+            expected = parser.parse_template(prompt, mode="gen")
+            assert recs[i]["ice_indices"] == list(idx)
+            assert recs[i]["prompt"] == (expected if isinstance(expected, str) else list(expected))
+
+
+def test_ppl_matches_the_reference(work: Path, reference: dict[str, Any]) -> None:
+    M = reference["oc"]
+    ds = _reference_dataset(reference, ROWS, ROWS)
+    retriever = M.ZeroRetriever(ds)
+    pt = M.PromptTemplate(PPL_TEMPLATE)
+    parser = M.LMTemplateParser(CHATML)
+    recs = records(
+        ok(work, "render", "ppl_cfg.py", "--data", "test.jsonl", "--model", "model.py").stdout
+    )
+    labels = retriever.get_labels(ice_template=None, prompt_template=pt)
+    for i, idx in enumerate(retriever.retrieve()):
+        ice = retriever.generate_ice(idx, ice_template=None)
+        for label in labels:
+            prompt = retriever.generate_label_prompt(
+                i, ice, label, ice_template=None, prompt_template=pt
+            )
+            assert recs[i]["prompts"][label] == parser.parse_template(prompt, mode="ppl")
+
+
+# ---------------------------------------------------------------------------- terminal output
+
+
+def test_show_colours_only_when_asked(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(work)
+    args = ["show", "dialogue_cfg.py", "--data", "test.jsonl", "--model", "model.py", "-n", "1"]
+    coloured = CliRunner().invoke(cli.cli, args, color=True)
+    assert coloured.exit_code == 0, coloured.output
+    assert "\x1b[" in coloured.output
+    plain = CliRunner().invoke(cli.cli, args)
+    assert "\x1b[" not in plain.output
+    assert "⟨generate⟩" in plain.output
+
+
+def test_progress_shows_after_the_delay_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import time
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    with cli._Progress(delay=0.05) as progress:
+        update = progress.phase("rendering", 10)
+        update(5)
+        time.sleep(0.3)
+    text = err.getvalue()
+    assert "rendering: " in text
+    assert "5/10 rows" in text
+    assert text.endswith("\r\x1b[K")  # the line is cleared at the end
+
+    quiet = Tty()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    with cli._Progress(delay=5) as progress:
+        progress.phase("rendering", 10)(10)
+    assert quiet.getvalue() == ""  # a short job shows nothing
+
+
+def test_visible_whitespace() -> None:
+    def visible(text: str, *, final: bool) -> str:
+        return click.unstyle(cli._visible(text, final=final))
+
+    assert visible("a \nb\t\n\n", final=True) == "a·\nb→⏎\n⏎\n"
+    assert visible("x  ", final=False) == "x  "
+    assert visible("x  ", final=True) == "x··"
+    assert visible("x\r\u200b", final=True) == "x␍⟨U+200B⟩"
+
+
+@pytest.mark.parametrize(
+    ("full", "zero", "span"),
+    [
+        ("S\nE1\nE2\nQ\n", "S\nQ\n", (2, 8)),
+        ("Q: a\nQ: b\n", "Q: b\n", (0, 5)),  # prefers the line start over the first difference
+        ("abc", "abc", None),  # no examples
+        ("abXcd", "abYcd", None),  # not a single insertion
+    ],
+)
+def test_ice_span(full: str, zero: str, span: tuple[int, int] | None) -> None:
+    assert cli._ice_span(full, zero, text=True) == span
