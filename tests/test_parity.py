@@ -27,9 +27,10 @@ import io
 import re
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, note, reject, settings
@@ -150,8 +151,7 @@ def check(ours: Outcome, ref: Outcome, what: str, *, compare_value: bool = True)
         cls = type(ref.error)
         assert cls.__module__ == "builtins", f"{what}: unexpected reference {ref.describe()}"
         assert isinstance(ours.error, cls), (
-            f"{what}: reference {ref.describe()}, ours is not a {cls.__name__}: "
-            f"{ours.describe()}"
+            f"{what}: reference {ref.describe()}, ours is not a {cls.__name__}: {ours.describe()}"
         )
     return False
 
@@ -225,7 +225,9 @@ LITERAL = _text(_CHARS)
 SAFE_LITERAL = _text(_SAFE_CHARS)  # no '<' '>': cannot form ice/sep tokens
 PLACEHOLDER = st.sampled_from(KEYS + MISSING).map(lambda k: "{" + k + "}")
 NESTED = st.builds(
-    lambda pre, k: "{" + pre + "{" + k + "}}", st.sampled_from(["x", "", "a "]), st.sampled_from(KEYS)
+    lambda pre, k: "{" + pre + "{" + k + "}}",
+    st.sampled_from(["x", "", "a "]),
+    st.sampled_from(KEYS),
 )
 STRAY = st.sampled_from(["{", "}", "{{", "}}", ICE, SEP, "</E", "SEP>"])
 
@@ -284,7 +286,7 @@ def role_items(draw: Any, *, well_typed: bool = False, texts: Any = None) -> dic
     role = draw(st.sampled_from(ROLES))
     item: dict[str, Any] = {"role": role}
     if role == "SYSTEM" or draw(st.integers(0, 5)) == 0:
-        choices = ["HUMAN", "HUMAN", "BOT", "NOPE"] + ([] if well_typed else [None])
+        choices = ["HUMAN", "HUMAN", "BOT", "NOPE"] + ([] if well_typed else [None, ""])
         item["fallback_role"] = draw(st.sampled_from(choices))
     kind = draw(st.integers(0, 11))
     if kind == 0 and not well_typed:
@@ -298,6 +300,11 @@ def role_items(draw: Any, *, well_typed: bool = False, texts: Any = None) -> dic
     if draw(st.integers(0, 11)) == 0:  # dialogue keys override meta role keys
         key = draw(st.sampled_from(["begin", "end", "generate"]))
         item[key] = draw(st.booleans()) if key == "generate" else draw(SAFE_LITERAL)
+    if not well_typed and draw(st.integers(0, 29)) == 0:  # no role / a non-str role
+        if draw(st.booleans()):
+            del item["role"]
+        else:
+            item["role"] = 1
     return item
 
 
@@ -375,8 +382,14 @@ def meta_templates(draw: Any, *, well_typed: bool = False) -> dict[str, Any] | N
             role[key] = draw(text)
         if draw(st.integers(0, 2)) == 0 or (name == "BOT" and draw(st.booleans())):
             role["generate"] = True
+            if not well_typed and draw(st.integers(0, 5)) == 0:  # truthy / falsy non-bools
+                role["generate"] = draw(st.sampled_from([1, 0, "yes", "", None, False]))
         if draw(st.integers(0, 9)) > 0:
             role["api_role"] = name
+        if not well_typed and draw(st.integers(0, 19)) == 0:  # NotImplementedError / TypeError
+            role[draw(st.sampled_from(["begin", "end", "prompt"]))] = draw(
+                st.sampled_from([["<s>", 1], 5, None])
+            )
         round_.append(role)
     if draw(st.integers(0, 5)) == 0:  # a string entry in the round
         at = draw(st.integers(0, len(round_)))
@@ -387,15 +400,26 @@ def meta_templates(draw: Any, *, well_typed: bool = False) -> dict[str, Any] | N
         if draw(st.booleans()):
             system.update(begin="<S>", end="</S>")
         meta["reserved_roles"] = [system]
+        if not well_typed and draw(st.integers(0, 9)) == 0:  # duplicate role
+            meta["reserved_roles"].append({"role": names[0], "api_role": names[0]})
     if draw(st.integers(0, 2)) == 0:
         meta["begin"] = draw(text)
     if draw(st.integers(0, 2)) == 0:
         meta["end"] = draw(text)
+    if not well_typed and draw(st.integers(0, 29)) == 0:  # list begin/end: TypeError (LM-60)
+        meta[draw(st.sampled_from(["begin", "end"]))] = ["<s>"]
     return meta
 
 
 MARKERS = [
     {"section": s, "pos": p} for s in ("begin", "round", "end", "ice") for p in ("begin", "end")
+]
+#: markers the reference rejects (unknown section / pos) or treats specially (extra keys)
+ODD_MARKERS = [
+    {"section": "foo", "pos": "begin"},
+    {"section": "round", "pos": "middle"},
+    {"section": "round", "pos": "begin", "prompt": "M"},
+    {"section": "round", "pos": "end", "role": "HUMAN", "prompt": "M"},
 ]
 
 
@@ -411,7 +435,7 @@ def prompt_lists(draw: Any, *, well_typed: bool = False) -> list[Any]:
         st.sampled_from(MARKERS),
         st.just({"role": "BOT"}),
         st.just("the role of content"),
-        *([] if well_typed else [st.integers(-2, 2)]),
+        *([] if well_typed else [st.integers(-2, 2), st.sampled_from(ODD_MARKERS)]),
     )
     return draw(st.lists(item, max_size=6))
 
@@ -430,14 +454,18 @@ def dialogue_prompt_lists(draw: Any, *, well_typed: bool = False) -> list[Any]:
         if section == "end":  # PromptTemplate's quirk: both end markers are pos='end'
             out += [{"section": "end", "pos": "end"}, *items, {"section": "end", "pos": "end"}]
         else:
-            out += [{"section": section, "pos": "begin"}, *items, {"section": section, "pos": "end"}]
+            out += [
+                {"section": section, "pos": "begin"},
+                *items,
+                {"section": section, "pos": "end"},
+            ]
         if draw(st.integers(0, 3)) == 0:
             out.append(draw(texts))  # ICE separators between sections
     if not well_typed and draw(st.integers(0, 5)) == 0:  # break the structure
         if out and draw(st.booleans()):
             del out[draw(st.integers(0, len(out) - 1))]
         else:
-            out.insert(draw(st.integers(0, len(out))), draw(st.sampled_from(MARKERS)))
+            out.insert(draw(st.integers(0, len(out))), draw(st.sampled_from(MARKERS + ODD_MARKERS)))
     return out
 
 
@@ -478,9 +506,7 @@ class Stage:
     fallbacks: int  # calls of this stage that promptweave rendered on the Python path
 
 
-def run_pipeline(
-    reference: dict[str, Any], fw: str, data: Any, *, well_typed: bool
-) -> list[Stage]:
+def run_pipeline(reference: dict[str, Any], fw: str, data: Any, *, well_typed: bool) -> list[Stage]:
     """Draw one full pipeline and compare every stage (template -> ICE -> item -> parse)."""
     ours_api, ref_api = apis(reference, fw)
     ice_token = data.draw(st.sampled_from([None, ICE, ICE, ICE] + ([] if well_typed else [""])))
@@ -588,6 +614,12 @@ def run_pipeline(
                 lambda p=ours_p, x=ours_prompt: p.parse_template(copy.deepcopy(x), mode),
                 lambda p=ref_p, x=ref_prompt: p.parse_template(copy.deepcopy(x), mode),
             )
+        if len(prompts) == 2:  # a batch: a plain list of prompts gives a list of results
+            step(
+                f"{parser}.parse_template([<item>, <label item>], {mode!r})",
+                lambda p=ours_p: p.parse_template(copy.deepcopy([x for _, x, _ in prompts]), mode),
+                lambda p=ref_p: p.parse_template(copy.deepcopy([x for _, _, x in prompts]), mode),
+            )
     return results
 
 
@@ -597,8 +629,7 @@ def run_pipeline(
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_safe_format(
-    impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
+def test_safe_format(impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
     ours_api, ref_api = apis(impls, fw)
     template = data.draw(template_texts(max_pieces=8, surrogates=True), label="template")
     row = data.draw(rows(), label="row")
@@ -614,8 +645,7 @@ def test_safe_format(
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_prompt_list_operations(
-    impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
+def test_prompt_list_operations(impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
     ours_api, ref_api = apis(impls, fw)
     items = data.draw(prompt_lists(), label="items")
     row = data.draw(rows(), label="row")
@@ -679,8 +709,7 @@ def test_prompt_list_operations(
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_template_pipeline(
-    impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
+def test_template_pipeline(impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
     """template -> ICE (generate_ice_item of 0..5 train rows) -> generate_item /
     generate_label_prompt_item -> LMTemplateParser / APITemplateParser.parse_template."""
     run_pipeline(impls, fw, data, well_typed=False)
@@ -689,9 +718,7 @@ def test_template_pipeline(
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @SETTINGS
 @given(data=st.data())
-def test_parsers_on_prompt_lists(
-    impls: dict[str, Any], fw: str, backend: str, data: Any
-) -> None:
+def test_parsers_on_prompt_lists(impls: dict[str, Any], fw: str, backend: str, data: Any) -> None:
     """parse_template on dialogue-shaped PromptLists (some with broken section structure)."""
     ours_api, ref_api = apis(impls, fw)
     items = data.draw(dialogue_prompt_lists(), label="prompt")
@@ -699,7 +726,10 @@ def test_parsers_on_prompt_lists(
     mode = data.draw(st.sampled_from(["gen", "ppl"]), label="mode")
     for parser in ("LMTemplateParser", "APITemplateParser"):
         ours_p, ref_p, ok = both(
-            getattr(ours_api, parser), getattr(ref_api, parser), meta, what=parser,
+            getattr(ours_api, parser),
+            getattr(ref_api, parser),
+            meta,
+            what=parser,
             compare_value=False,
         )
         if not ok:
@@ -735,7 +765,10 @@ def test_rust_core_does_not_fall_back(
     mode = data.draw(st.sampled_from(["gen", "ppl"]), label="mode")
     for parser in ("LMTemplateParser", "APITemplateParser"):
         ours_p, ref_p, ok = both(
-            getattr(ours_api, parser), getattr(ref_api, parser), meta, what=parser,
+            getattr(ours_api, parser),
+            getattr(ref_api, parser),
+            meta,
+            what=parser,
             compare_value=False,
         )
         if not ok:
@@ -802,8 +835,11 @@ def test_single_pass_equals_compat_without_braces_in_values(
     else:
         ice = api.PromptList()
         for t in ice_texts:
-            ice += [{"section": "ice", "pos": "begin"}, {"role": "HUMAN", "prompt": t},
-                    {"section": "ice", "pos": "end"}]
+            ice += [
+                {"section": "ice", "pos": "begin"},
+                {"role": "HUMAN", "prompt": t},
+                {"section": "ice", "pos": "end"},
+            ]
     remain_sep = data.draw(st.booleans())
 
     def both_modes(fn: Callable[[Any], Any]) -> None:
@@ -826,11 +862,15 @@ def test_single_pass_equals_compat_without_braces_in_values(
                 f"compat {compat.describe()}, single_pass {single.describe()}"
             )
 
-    both_modes(lambda t: t.generate_item(copy.deepcopy(row), output_field, "",
-                                         ice_field_replace_token=ice))
+    both_modes(
+        lambda t: t.generate_item(copy.deepcopy(row), output_field, "", ice_field_replace_token=ice)
+    )
     both_modes(lambda t: t.generate_ice_item(copy.deepcopy(row), label))
-    both_modes(lambda t: t.generate_label_prompt_item(copy.deepcopy(row), ice, label,
-                                                      remain_sep=remain_sep))
+    both_modes(
+        lambda t: t.generate_label_prompt_item(
+            copy.deepcopy(row), ice, label, remain_sep=remain_sep
+        )
+    )
 
 
 _PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
@@ -853,8 +893,11 @@ def test_single_pass_never_substitutes_values(fw: str, backend: str, data: Any) 
         st.lists(st.sampled_from(SP_KEYS), min_size=2, max_size=5, unique=True), label="keys"
     )
     value_st = st.lists(
-        st.one_of(SAFE_LITERAL, st.sampled_from(keys).map(lambda k: "{" + k + "}"),
-                  st.sampled_from(["{", "}"])),
+        st.one_of(
+            SAFE_LITERAL,
+            st.sampled_from(keys).map(lambda k: "{" + k + "}"),
+            st.sampled_from(["{", "}"]),
+        ),
         min_size=1,
         max_size=4,
     ).map("".join)
@@ -875,7 +918,12 @@ def test_single_pass_never_substitutes_values(fw: str, backend: str, data: Any) 
     got = t.generate_item(copy.deepcopy(row), output_field)
     assert got == single_pass_oracle(template, masked)
 
-    dialogue = {"round": [{"role": "HUMAN", "prompt": template}, {"role": "BOT", "prompt": "{" + keys[1] + "}"}]}
+    dialogue = {
+        "round": [
+            {"role": "HUMAN", "prompt": template},
+            {"role": "BOT", "prompt": "{" + keys[1] + "}"},
+        ]
+    }
     d = api.PromptTemplate(dialogue, substitution="single_pass")
     out = d.generate_item(copy.deepcopy(row), output_field)
     assert [x["prompt"] for x in out if isinstance(x, dict) and "prompt" in x] == [

@@ -54,3 +54,23 @@ class MetaTemplate:
         self, prompt: list[Any], gen_mode: bool, aisbench: bool
     ) -> tuple[list[Any], int]:
         """The API walk: messages (meta begin first when truthy) and the ignored-text count."""
+
+def render_dataset(
+    template: CompiledTemplate,
+    ice_template: CompiledTemplate | None,
+    ice_labels: list[int],
+    ice_separator: str,
+    ice_eos_token: str,
+    output_column: str | None,
+    gen_field_replace_token: str,
+    meta: MetaTemplate | None,
+    api: bool,
+    aisbench: bool,
+    test_rows: list[dict[str, Any]],
+    train_rows: list[dict[str, Any]],
+    ice_indices: list[list[int]],
+    ppl_labels: list[int] | None,
+    remain_sep: bool,
+    threads: int,
+) -> list[Any]:
+    """Render every test row (row-major outputs; ``len(ppl_labels)`` per row in ppl mode)."""

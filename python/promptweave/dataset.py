@@ -50,7 +50,7 @@ def as_rows(data: Any) -> list[dict[str, Any]]:
     if isinstance(data, Mapping):
         columns = list(data)
         values = [list(data[c]) for c in columns]
-        return [dict(zip(columns, row)) for row in zip(*values)]
+        return [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
     if hasattr(data, "to_pylist"):  # pyarrow Table, HF datasets.Dataset
         return list(data.to_pylist())
     if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas DataFrame
@@ -190,21 +190,26 @@ class DatasetRenderer:
         if pt is not None and it is not None:
             if pt.ice_token is None:
                 raise make_error(
-                    TemplateError, "ice_token of prompt_template is not provided",
-                    compat=NotImplementedError, code=code,
+                    TemplateError,
+                    "ice_token of prompt_template is not provided",
+                    compat=NotImplementedError,
+                    code=code,
                 )
             return pt
         if it is not None:
             if it.ice_token is None:
                 raise make_error(
-                    TemplateError, "ice_token of ice_template is not provided",
-                    compat=NotImplementedError, code=code,
+                    TemplateError,
+                    "ice_token of ice_template is not provided",
+                    compat=NotImplementedError,
+                    code=code,
                 )
             return it
         if pt is not None:
             return pt
         raise make_error(
-            TemplateError, "Leaving prompt as empty is not supported",
+            TemplateError,
+            "Leaving prompt as empty is not supported",
             compat=NotImplementedError,
             code="ICLR-IMPL-003" if self.flavor == AISBENCH else None,
         )
@@ -263,16 +268,17 @@ class DatasetRenderer:
         from promptweave.retrievers import Dataset
 
         test_rows = as_rows(test)
+        # the examples come from the whole train split (the test split when there is none)
+        train_rows = as_rows(train) if train is not None else test_rows
         if limit is not None:
             test_rows = test_rows[:limit]
-        train_rows = as_rows(train) if train is not None else test_rows
         dataset = Dataset(test_rows, train_rows, self.input_columns, self.output_column)
         retriever = self._retriever(dataset)
         if ice_indices is None:
             indices = [list(x) for x in retriever.retrieve()]
         else:
             indices = [list(x) for x in ice_indices][: len(test_rows)]
-        missing = self._missing_columns(test_rows, strict)
+        missing = self._missing_columns(test_rows, train_rows, indices, strict)
         labels = None
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
@@ -292,25 +298,41 @@ class DatasetRenderer:
         col = self.output_column
         return list({row[col] for row in test_rows}) if col is not None else []
 
-    def _missing_columns(self, rows: list[dict[str, Any]], strict: bool) -> dict[str, int]:
-        slots: set[str] = set()
-        for t in (self.template, self.ice_template):
-            if t is not None:
-                slots.update(_SLOT.findall(_template_text(t.template)))
+    def _missing_columns(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        strict: bool,
+    ) -> dict[str, int]:
+        """Placeholders whose column a row lacks: test rows for the prompt template (the
+        output column is masked in gen mode, so it is always there), the used train rows for
+        the ICE template."""
         missing: dict[str, int] = {}
-        if not slots or not rows:
-            return missing
-        for i, row in enumerate(rows):
-            for name in slots.difference(row):
-                if strict:
-                    raise make_error(
-                        TemplateError,
-                        f"test row {i} has no column {name!r}, which the template uses "
-                        f"(columns: {list(row)})",
-                        compat=KeyError,
-                        path=f"test[{i}]",
-                    )
-                missing[name] = missing.get(name, 0) + 1
+
+        def check(slots: set[str], rows: Iterable[tuple[int, dict[str, Any]]], split: str) -> None:
+            for i, row in rows:
+                for name in sorted(slots.difference(row)):
+                    if strict:
+                        raise make_error(
+                            TemplateError,
+                            f"{split} row {i} has no column {name!r}, which the template uses "
+                            f"(columns: {list(row)})",
+                            compat=KeyError,
+                            path=f"{split}[{i}]",
+                        )
+                    missing[name] = missing.get(name, 0) + 1
+
+        slots = set(_SLOT.findall(_template_text(self.template.template)))
+        if self.mode == "gen" and self.output_column is not None:
+            slots.discard(self.output_column)
+        if slots:
+            check(slots, enumerate(test), "test")
+        if self.ice_template is not None:
+            ice_slots = set(_SLOT.findall(_template_text(self.ice_template.template)))
+            used = sorted({i for idx in indices for i in idx if 0 <= i < len(train)})
+            if ice_slots:
+                check(ice_slots, ((i, train[i]) for i in used), "train")
         return missing
 
     # ------------------------------------------------------------------ the two paths
@@ -337,7 +359,8 @@ class DatasetRenderer:
             try:
                 prompt, idx = self._render_one(row, train, indices[i], labels, sep, eos)
             except Exception as exc:
-                exc.add_note(f"while rendering test row {i}")
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"while rendering test row {i}")
                 raise
             prompts.append(prompt)
             used.append(idx)
@@ -393,7 +416,7 @@ class DatasetRenderer:
         if labels is None:
             return out
         n = len(labels)
-        return [dict(zip(labels, out[i * n : (i + 1) * n])) for i in range(len(test))]
+        return [dict(zip(labels, out[i * n : (i + 1) * n], strict=True)) for i in range(len(test))]
 
     def _ice_labels(self, train: list[dict[str, Any]], indices: list[list[int]]) -> list[int]:
         it = self.ice_template
@@ -442,10 +465,12 @@ class DatasetRenderer:
     ) -> tuple[Any, list[int]]:
         idx = list(idx)
         if labels is None:
+
             def build(ids: list[int]) -> Any:
                 ice = self._generate_ice(train, ids, sep, eos)
                 prompt = self.template.generate_item(
-                    row, output_field=self.output_column,
+                    row,
+                    output_field=self.output_column,
                     output_field_replace_token=self.gen_field_replace_token,
                     ice_field_replace_token=ice,
                 )

@@ -81,7 +81,9 @@ class PromptTemplate:
                     code=self._code("UTILS-TYPE-001"),
                 )
         if substitution not in ("compat", "single_pass"):
-            raise ValueError(f"substitution must be 'compat' or 'single_pass', got {substitution!r}")
+            raise ValueError(
+                f"substitution must be 'compat' or 'single_pass', got {substitution!r}"
+            )
 
     def _check_template_legacy(self) -> None:
         tok = self.ice_token
@@ -158,7 +160,12 @@ class PromptTemplate:
     def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
         """Render one in-context example from ``entry`` (its own answer included)."""
         idx = self._label_index(label)
-        if self._compiled is not None and idx is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
+        if (
+            self._compiled is not None
+            and idx is not None
+            and type(entry) is dict
+            and not _backend.FORCE_PYTHON
+        ):
             try:
                 return self._wrap(self._compiled.ice_item(entry, idx))
             except _core.FallbackRequired:
@@ -175,7 +182,12 @@ class PromptTemplate:
     ) -> Any:
         """Render the perplexity prompt of ``label`` for ``entry`` with ``ice`` spliced in."""
         idx = self._label_index(label)
-        if self._compiled is not None and idx is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
+        if (
+            self._compiled is not None
+            and idx is not None
+            and type(entry) is dict
+            and not _backend.FORCE_PYTHON
+        ):
             try:
                 return self._wrap(
                     self._compiled.label_prompt_item(entry, ice, idx, bool(remain_sep))

@@ -60,8 +60,7 @@ class _BaseParser:
         if isinstance(meta, list) and self._api and self._flavor == OPENCOMPASS:
             if not all(isinstance(m, dict) and m.get("role") in _API_ROLES for m in meta):
                 raise self._meta_error(
-                    f"meta_template is {meta}, not a list of dicts with role "
-                    "system/user/assistant",
+                    f"meta_template is {meta}, not a list of dicts with role system/user/assistant",
                     AssertionError,
                     "MODEL-PARAM-004",
                 )
@@ -145,7 +144,7 @@ class LMTemplateParser(_BaseParser):
 
     def parse_template(self, prompt_template: Any, mode: str) -> Any:
         """Render a str / PromptList (or a list/tuple of them) for ``mode`` 'gen' or 'ppl'."""
-        if type(prompt_template) is str and (mode == "gen" or mode == "ppl"):  # noqa: PLR1714
+        if type(prompt_template) is str and (mode == "gen" or mode == "ppl"):
             return prompt_template  # the common zero-shot case, checked first
         self._check_input(prompt_template)
         if not isinstance(prompt_template, str) and not is_prompt_list(prompt_template):
