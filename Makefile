@@ -16,7 +16,7 @@ help:  ## list the targets
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "maturin>=1.9.4,<2" pytest hypothesis pytest-benchmark mypy ruff
+	$(PIP) install -q "maturin>=1.9.4,<2" pytest hypothesis pytest-benchmark mypy ruff click pyarrow
 	$(PIP) install -q --no-deps $(REF_PINS)
 	$(PIP) install -q $(REF_DEPS)
 	touch $@

@@ -6,8 +6,11 @@ AISBench 3.1 flavour under the same names.
 
 from promptweave import aisbench, errors, opencompass, retrievers
 from promptweave._core import __version__
+from promptweave.config import Config, load_config
+from promptweave.dataset import DatasetRenderer, RenderResult
 from promptweave.errors import (
     ArgumentError,
+    ConfigError,
     IceTokenError,
     LabelError,
     MetaTemplateError,
@@ -37,7 +40,10 @@ __all__ = [
     "APITemplateParser",
     "ArgumentError",
     "BaseRetriever",
+    "Config",
+    "ConfigError",
     "Dataset",
+    "DatasetRenderer",
     "FixKRetriever",
     "IceTokenError",
     "IndexListRetriever",
@@ -49,6 +55,7 @@ __all__ = [
     "PromptTemplate",
     "PromptTypeError",
     "RandomRetriever",
+    "RenderResult",
     "RetrieverError",
     "SlidingWindowRetriever",
     "TemplateError",
@@ -58,6 +65,7 @@ __all__ = [
     "__version__",
     "aisbench",
     "errors",
+    "load_config",
     "opencompass",
     "retrievers",
     "safe_format",
