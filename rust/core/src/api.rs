@@ -1,8 +1,8 @@
 //! The API walk (`APITemplateParser.parse_template`): a prompt list becomes role messages.
 
 use crate::error::{Error, Result};
-use crate::meta::{Merged, MetaTemplate, Mode, RoundSlot};
-use crate::prompt::{Item, Pos, Section};
+use crate::meta::{Merged, MetaTemplate, Mode, RoundSlot, Step};
+use crate::prompt::Item;
 
 /// Which reference framework's behaviour to reproduce where they differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,59 +44,22 @@ impl MetaTemplate {
     pub fn render_api(&self, items: &[Item<'_>], mode: Mode, flavor: Flavor) -> Result<ApiOutput> {
         let mut msgs: Vec<ApiMessage> = Vec::new();
         let mut ignored_texts = 0;
-        let mut generate = true;
-        let mut stack: Vec<(Section, usize)> = Vec::new();
-        let mut merged: Vec<Merged<'_>> = Vec::with_capacity(self.roles.len());
-        for (i, item) in items.iter().enumerate() {
-            if !generate {
-                break;
-            }
-            match item {
-                Item::Text(s) => {
-                    if !s.chars().all(py_space) {
-                        ignored_texts += 1;
-                    }
+        self.walk(items, mode, true, |step| match step {
+            Step::Text(s) => {
+                if !s.chars().all(py_space) {
+                    ignored_texts += 1;
                 }
-                Item::Marker(m) => match m.pos {
-                    Pos::Begin => stack.push((m.section, i + 1)),
-                    Pos::End => {
-                        let (open, start) = stack.pop().ok_or(Error::UnbalancedEnd { item: i })?;
-                        if open != m.section {
-                            return Err(Error::MismatchedSection {
-                                item: i,
-                                open: open.name(),
-                                closing: m.section.name(),
-                            });
-                        }
-                        if matches!(open, Section::Round | Section::Ice) {
-                            let section = &items[start..i];
-                            let cuts = self.split_rounds(section, start, true)?;
-                            let n = cuts.len() - 1;
-                            for k in 0..n {
-                                let round = &section[cuts[k]..cuts[k + 1]];
-                                let for_gen =
-                                    mode == Mode::Gen && open == Section::Round && k + 1 == n;
-                                self.merged_roles(round, start + cuts[k], &mut merged)?;
-                                generate = self.api_round(&merged, for_gen, flavor, &mut msgs)?;
-                            }
-                        }
-                    }
-                },
-                Item::Role(r) => match stack.last() {
-                    None => return Err(Error::OutsideSection { item: i }),
-                    Some((Section::Begin | Section::End, _)) => {
-                        let idx = self.resolve(r, i)?;
-                        let mut m = Merged::of_role(&self.roles[idx]);
-                        m.update(r);
-                        if mode == Mode::Gen && m.generate {
-                            return Err(Error::GenerateOutsideRound { item: i });
-                        }
-                        msgs.push(self.message(idx, m, flavor)?);
-                    }
-                    Some(_) => {}
-                },
+                Ok(true)
             }
-        }
+            Step::Round { merged, for_gen } => self.api_round(merged, for_gen, flavor, &mut msgs),
+            Step::Single { item, role, merged } => {
+                if mode == Mode::Gen && merged.generate {
+                    return Err(Error::GenerateOutsideRound { item });
+                }
+                msgs.push(self.message(role, merged, flavor)?);
+                Ok(true)
+            }
+        })?;
         let messages = merge_same_roles(msgs)?;
         let begin = self.begin.clone().filter(|b| !b.is_empty());
         Ok(ApiOutput {
@@ -174,7 +137,7 @@ fn merge_same_roles(msgs: Vec<ApiMessage>) -> Result<Vec<ApiMessage>> {
 mod tests {
     use super::*;
     use crate::meta::RoleSpec;
-    use crate::prompt::{Marker, RoleItem};
+    use crate::prompt::{Marker, Pos, RoleItem, Section};
 
     fn api_hb() -> MetaTemplate {
         MetaTemplate::new(

@@ -111,6 +111,26 @@ pub fn safe_format<'t>(template: &'t str, row: &Entries<'_>) -> Cow<'t, str> {
 /// One scan over `template`, valid when every `{` is closed by a `}` before the next `{` and no
 /// substituted value contains a brace; `None` when that does not hold.
 fn fast_format<'t>(template: &'t str, row: &Entries<'_>) -> Option<Cow<'t, str>> {
+    scan_slots(template, |slot| match slot {
+        // a `{` inside `{…}`: the slots are not independent
+        None => Err(()),
+        Some(name) => match row.position(name) {
+            Some(i) if row.value_brace[i] => Err(()),
+            Some(i) => Ok(Some(row.pairs[i].1)),
+            None => Ok(None),
+        },
+    })
+    .ok()
+}
+
+/// One left-to-right scan over the `{name}` slots of `template` (`name` without braces).
+/// `fill(Some(name))` gives the slot's text (`None`: keep the slot as is); `fill(None)` is
+/// called at a `{` followed by another `{` before any `}` and may abort the scan (`Err`), or
+/// continue from the second `{` (`Ok`).
+fn scan_slots<'t, 'v>(
+    template: &'t str,
+    mut fill: impl FnMut(Option<&str>) -> std::result::Result<Option<&'v str>, ()>,
+) -> std::result::Result<Cow<'t, str>, ()> {
     let bytes = template.as_bytes();
     let mut out: Option<String> = None;
     let mut copied = 0;
@@ -122,21 +142,19 @@ fn fast_format<'t>(template: &'t str, row: &Entries<'_>) -> Option<Cow<'t, str>>
         };
         let close = open + 1 + rel_close;
         if bytes[close] == b'{' {
-            return None;
+            fill(None)?;
+            at = close;
+            continue;
         }
-        let name = &template[open + 1..close];
-        if let Some(i) = row.position(name) {
-            if row.value_brace[i] {
-                return None;
-            }
+        if let Some(value) = fill(Some(&template[open + 1..close]))? {
             let buf = out.get_or_insert_with(|| String::with_capacity(template.len() + 64));
             buf.push_str(&template[copied..open]);
-            buf.push_str(row.pairs[i].1);
+            buf.push_str(value);
             copied = close + 1;
         }
         at = close + 1;
     }
-    Some(match out {
+    Ok(match out {
         None => Cow::Borrowed(template),
         Some(mut buf) => {
             buf.push_str(&template[copied..]);
@@ -203,35 +221,8 @@ pub fn replace<'t>(haystack: &'t str, needle: &str, with: &str) -> Cow<'t, str> 
 /// name (without braces) is a key becomes its value, everything else is copied; inserted values
 /// are never scanned again.
 pub fn single_pass_format<'t>(template: &'t str, row: &Entries<'_>) -> Cow<'t, str> {
-    let bytes = template.as_bytes();
-    let mut out: Option<String> = None;
-    let mut copied = 0;
-    let mut at = 0;
-    while let Some(rel) = memchr(b'{', &bytes[at..]) {
-        let open = at + rel;
-        let Some(rel_close) = memchr2(b'{', b'}', &bytes[open + 1..]) else {
-            break;
-        };
-        let close = open + 1 + rel_close;
-        if bytes[close] == b'{' {
-            at = close;
-            continue;
-        }
-        if let Some(value) = row.get(&template[open + 1..close]) {
-            let buf = out.get_or_insert_with(|| String::with_capacity(template.len() + 64));
-            buf.push_str(&template[copied..open]);
-            buf.push_str(value);
-            copied = close + 1;
-        }
-        at = close + 1;
-    }
-    match out {
-        None => Cow::Borrowed(template),
-        Some(mut buf) => {
-            buf.push_str(&template[copied..]);
-            Cow::Owned(buf)
-        }
-    }
+    let filled = scan_slots(template, |slot| Ok(slot.and_then(|name| row.get(name))));
+    filled.unwrap_or(Cow::Borrowed(template))
 }
 
 #[cfg(test)]

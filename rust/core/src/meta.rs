@@ -95,6 +95,24 @@ pub(crate) enum RoundSlot {
     Role(usize),
 }
 
+/// What the section walk meets.
+pub(crate) enum Step<'w, 'a> {
+    /// a text item
+    Text(&'w str),
+    /// one round of a round/ice section: the role table merged with its items; `for_gen` when
+    /// it is the last round of a round section in gen mode
+    Round {
+        merged: &'w [Merged<'a>],
+        for_gen: bool,
+    },
+    /// a role item (index `item`) of a begin/end section, merged into role `role`
+    Single {
+        item: usize,
+        role: usize,
+        merged: Merged<'a>,
+    },
+}
+
 /// The merged view of a role after the dialogue item's keys override the meta role's.
 #[derive(Clone, Copy)]
 pub(crate) struct Merged<'a> {
@@ -106,11 +124,7 @@ pub(crate) struct Merged<'a> {
 }
 
 impl<'a> Merged<'a> {
-    pub(crate) fn of_role(spec: &'a RoleSpec) -> Self {
-        Self::of(spec)
-    }
-
-    fn of(spec: &'a RoleSpec) -> Self {
+    pub(crate) fn of(spec: &'a RoleSpec) -> Self {
         Self {
             begin: spec.begin.as_deref(),
             end: spec.end.as_deref(),
@@ -270,59 +284,95 @@ impl MetaTemplate {
         Ok(())
     }
 
+    /// The section walk shared by the LM and API parsers: texts where they are met, each
+    /// round of a round/ice section with its merged role table (split by round positions,
+    /// `fallback` allowing the fallback role's position), each role item of a begin/end
+    /// section. `visit` returns whether to go on (the generation point stops the walk); the
+    /// walk returns the same.
+    pub(crate) fn walk<'a, 'i>(
+        &'a self,
+        items: &'a [Item<'i>],
+        mode: Mode,
+        fallback: bool,
+        mut visit: impl FnMut(Step<'_, 'a>) -> Result<bool>,
+    ) -> Result<bool> {
+        let mut stack: Vec<(Section, usize)> = Vec::new();
+        let mut merged: Vec<Merged<'a>> = Vec::with_capacity(self.roles.len());
+        for (i, item) in items.iter().enumerate() {
+            let go_on = match item {
+                Item::Text(s) => visit(Step::Text(s))?,
+                Item::Marker(m) if m.pos == Pos::Begin => {
+                    stack.push((m.section, i + 1));
+                    true
+                }
+                Item::Marker(m) => {
+                    let (open, start) = stack.pop().ok_or(Error::UnbalancedEnd { item: i })?;
+                    if open != m.section {
+                        return Err(Error::MismatchedSection {
+                            item: i,
+                            open: open.name(),
+                            closing: m.section.name(),
+                        });
+                    }
+                    let mut go_on = true;
+                    if matches!(open, Section::Round | Section::Ice) {
+                        let section = &items[start..i];
+                        let cuts = self.split_rounds(section, start, fallback)?;
+                        let n = cuts.len() - 1;
+                        for k in 0..n {
+                            let round = &section[cuts[k]..cuts[k + 1]];
+                            let for_gen = mode == Mode::Gen && open == Section::Round && k + 1 == n;
+                            self.merged_roles(round, start + cuts[k], &mut merged)?;
+                            go_on = visit(Step::Round {
+                                merged: &merged,
+                                for_gen,
+                            })?;
+                        }
+                    }
+                    go_on
+                }
+                Item::Role(r) => match stack.last() {
+                    None => return Err(Error::OutsideSection { item: i }),
+                    Some((Section::Begin | Section::End, _)) => {
+                        let role = self.resolve(r, i)?;
+                        let mut m = Merged::of(&self.roles[role]);
+                        m.update(r);
+                        visit(Step::Single {
+                            item: i,
+                            role,
+                            merged: m,
+                        })?
+                    }
+                    Some(_) => true,
+                },
+            };
+            if !go_on {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// `LMTemplateParser.parse_template` for one prompt list.
     pub fn render_lm(&self, items: &[Item<'_>], mode: Mode) -> Result<String> {
         let mut out = String::with_capacity(estimate(items));
         // the reference prepends the meta begin at the end; writing it first is the same text
         out.push_str(self.begin.as_deref().unwrap_or(""));
-        let mut generate = true;
-        let mut stack: Vec<(Section, usize)> = Vec::new();
-        let mut merged: Vec<Merged<'_>> = Vec::with_capacity(self.roles.len());
-        for (i, item) in items.iter().enumerate() {
-            if !generate {
-                break;
-            }
-            match item {
-                Item::Text(s) => out.push_str(s),
-                Item::Marker(m) => match m.pos {
-                    Pos::Begin => stack.push((m.section, i + 1)),
-                    Pos::End => {
-                        let (open, start) = stack.pop().ok_or(Error::UnbalancedEnd { item: i })?;
-                        if open != m.section {
-                            return Err(Error::MismatchedSection {
-                                item: i,
-                                open: open.name(),
-                                closing: m.section.name(),
-                            });
-                        }
-                        if matches!(open, Section::Round | Section::Ice) {
-                            let section = &items[start..i];
-                            let cuts = self.split_rounds(section, start, false)?;
-                            let n = cuts.len() - 1;
-                            for k in 0..n {
-                                let round = &section[cuts[k]..cuts[k + 1]];
-                                let for_gen =
-                                    mode == Mode::Gen && open == Section::Round && k + 1 == n;
-                                self.merged_roles(round, start + cuts[k], &mut merged)?;
-                                generate = self.lm_round(&merged, for_gen, &mut out);
-                            }
-                        }
-                    }
-                },
-                Item::Role(r) => match stack.last() {
-                    None => return Err(Error::OutsideSection { item: i }),
-                    Some((Section::Begin | Section::End, _)) => {
-                        let idx = self.resolve(r, i)?;
-                        let mut m = Merged::of(&self.roles[idx]);
-                        m.update(r);
-                        out.push_str(m.begin.unwrap_or(""));
-                        out.push_str(m.prompt.unwrap_or(""));
-                        out.push_str(m.end.unwrap_or(""));
-                    }
-                    Some(_) => {}
-                },
-            }
-        }
+        let generate = self.walk(items, mode, false, |step| {
+            Ok(match step {
+                Step::Text(s) => {
+                    out.push_str(s);
+                    true
+                }
+                Step::Round { merged, for_gen } => self.lm_round(merged, for_gen, &mut out),
+                Step::Single { merged: m, .. } => {
+                    out.push_str(m.begin.unwrap_or(""));
+                    out.push_str(m.prompt.unwrap_or(""));
+                    out.push_str(m.end.unwrap_or(""));
+                    true
+                }
+            })
+        })?;
         if generate {
             out.push_str(self.end.as_deref().unwrap_or(""));
         }
