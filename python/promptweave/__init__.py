@@ -4,7 +4,7 @@ The top-level classes are the OpenCompass 0.5.4 flavour; :mod:`promptweave.aisbe
 AISBench 3.1 flavour under the same names.
 """
 
-from promptweave import aisbench, errors, opencompass, retrievers
+from promptweave import aisbench, chat, errors, opencompass, promptlib, retrievers
 from promptweave._core import __version__
 from promptweave.config import Config, load_config
 from promptweave.dataset import DatasetRenderer, RenderResult
@@ -24,6 +24,7 @@ from promptweave.errors import (
 from promptweave.opencompass import (
     APITemplateParser,
     BaseRetriever,
+    ChatInferencer,
     Dataset,
     FixKRetriever,
     IndexListRetriever,
@@ -31,8 +32,11 @@ from promptweave.opencompass import (
     PromptList,
     PromptTemplate,
     RandomRetriever,
+    RawPromptTemplate,
     SlidingWindowRetriever,
     ZeroRetriever,
+    multiround_generate,
+    multiround_generate_batch,
     safe_format,
 )
 
@@ -40,6 +44,7 @@ __all__ = [
     "APITemplateParser",
     "ArgumentError",
     "BaseRetriever",
+    "ChatInferencer",
     "Config",
     "ConfigError",
     "Dataset",
@@ -55,6 +60,7 @@ __all__ = [
     "PromptTemplate",
     "PromptTypeError",
     "RandomRetriever",
+    "RawPromptTemplate",
     "RenderResult",
     "RetrieverError",
     "SlidingWindowRetriever",
@@ -64,9 +70,13 @@ __all__ = [
     "ZeroRetriever",
     "__version__",
     "aisbench",
+    "chat",
     "errors",
     "load_config",
+    "multiround_generate",
+    "multiround_generate_batch",
     "opencompass",
+    "promptlib",
     "retrievers",
     "safe_format",
 ]
