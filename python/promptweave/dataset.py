@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
-from promptweave.errors import TemplateError, make_error
+from promptweave.errors import RetrieverError, TemplateError, make_error
 from promptweave.tokens import TokenCounter, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
@@ -40,22 +40,15 @@ def _type_name(t: Any) -> str:
     return str(t).rsplit(".", 1)[-1]
 
 
-def as_rows(data: Any) -> list[dict[str, Any]]:
-    """Rows as a list of dicts from a list of dicts, a dict of column lists, a pandas DataFrame,
-    a pyarrow Table or a HuggingFace ``datasets.Dataset`` (none of them imported here)."""
+def as_rows(data: Any, split: str = "test") -> list[dict[str, Any]]:
+    """Rows as a list of dicts from a list of dicts (used as it is), a dict of column lists, a
+    pandas DataFrame, a pyarrow Table or a HuggingFace ``datasets.Dataset`` (none of them
+    imported here)."""
     if data is None:
         return []
-    if isinstance(data, list) and all(type(r) is dict for r in data):
-        return data
-    if isinstance(data, Mapping):
-        columns = list(data)
-        values = [list(data[c]) for c in columns]
-        return [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
-    if hasattr(data, "to_pylist"):  # pyarrow Table, HF datasets.Dataset
-        return list(data.to_pylist())
-    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas DataFrame
-        return list(data.to_dict("records"))
-    return [dict(r) for r in data]
+    from promptweave.retrievers import _rows_of
+
+    return _rows_of(data, split)
 
 
 @dataclass
@@ -146,6 +139,11 @@ class DatasetRenderer:
         )
         if max_seq_len is not None and self.token_counter is None:
             raise ValueError("max_seq_len needs a token_counter")
+        if max_seq_len is not None and flavor == AISBENCH:
+            raise ValueError(
+                "AISBench never trims in-context examples by max_seq_len; use the opencompass "
+                "flavour to reproduce OpenCompass's trimming"
+            )
         self.normalizing_str = normalizing_str
         self.threads = threads if threads is not None else min(2, os.cpu_count() or 1)
 
@@ -178,8 +176,13 @@ class DatasetRenderer:
 
     @staticmethod
     def _mode_of(inferencer_cfg: Mapping[str, Any]) -> Mode:
+        # Only PPLInferencer / LLInferencer build one prompt per label. CLPInferencer builds
+        # generation prompts (parsed in 'gen' mode); PPLOnlyInferencer and
+        # InferencePPLOnlyInferencer build generation prompts too (their saved origin_prompt is
+        # the 'gen' parse; the scored input is the 'ppl' parse, the same text for string
+        # templates).
         name = _type_name(inferencer_cfg.get("type"))
-        if name in ("PPLInferencer", "PPLOnlyInferencer", "CLPInferencer", "LLInferencer"):
+        if name in ("PPLInferencer", "LLInferencer"):
             return "ppl"
         return "gen"
 
@@ -267,9 +270,9 @@ class DatasetRenderer:
         """
         from promptweave.retrievers import Dataset
 
-        test_rows = as_rows(test)
+        test_rows = as_rows(test, "test")
         # the examples come from the whole train split (the test split when there is none)
-        train_rows = as_rows(train) if train is not None else test_rows
+        train_rows = as_rows(train, "train") if train is not None else test_rows
         if limit is not None:
             test_rows = test_rows[:limit]
         dataset = Dataset(test_rows, train_rows, self.input_columns, self.output_column)
@@ -438,10 +441,11 @@ class DatasetRenderer:
         if it is None:
             if idx:
                 raise make_error(
-                    TemplateError,
+                    RetrieverError,
                     "You have not specified ice_template while retrieving examples from train "
                     "set! Please either specify ice_template or use `ZeroRetriever`.",
                     compat=AssertionError,
+                    code="ICLR-PARAM-002" if self.flavor == AISBENCH else None,
                 )
             return "" + eos
         col = self.output_column

@@ -71,9 +71,33 @@ def _code(flavor: str, code: str) -> str | None:
 # ================================================================================ dataset rows
 
 
+def _pandas_rows(df: Any) -> list[Row]:
+    """A DataFrame's rows as ``datasets.Dataset.from_pandas`` gives them to the reference:
+    through pyarrow, so a missing value (NaN, ``pd.NA``, the ``nan`` of pandas' string dtype)
+    is ``None``, not the string ``'nan'``."""
+    try:
+        pa: Any = importlib.import_module("pyarrow")
+    except ImportError:
+        pa = None
+    if pa is not None:
+        try:
+            return list(pa.Table.from_pandas(df, preserve_index=False).to_pylist())
+        except (pa.ArrowException, TypeError, ValueError):
+            pass  # columns pyarrow cannot type: the values as pandas holds them
+
+    def missing(v: Any) -> bool:
+        na = type(v).__name__ in ("NAType", "NaTType")
+        return v is None or na or (isinstance(v, float) and v != v)
+
+    return [{k: None if missing(v) else v for k, v in r.items()} for r in df.to_dict("records")]
+
+
 def _rows_of(data: Any, split: str) -> list[Row]:
     """Rows (plain dicts, columns in order) of a list of dicts, a dict of columns, a pandas
-    DataFrame, a pyarrow Table, a HuggingFace ``datasets.Dataset`` or any iterable of dicts."""
+    DataFrame, a pyarrow Table, a HuggingFace ``datasets.Dataset`` or any iterable of dicts.
+    A list of plain dicts is used as it is (not copied)."""
+    if type(data) is list and all(type(r) is dict for r in data):
+        return data
     if isinstance(data, Mapping):
         return _rows_of_columns(data, split)
     records: Any
@@ -82,7 +106,7 @@ def _rows_of(data: Any, split: str) -> list[Row]:
     elif hasattr(data, "to_list") and hasattr(data, "column_names"):  # datasets.Dataset
         records = data.to_list()
     elif hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas DataFrame
-        records = data.to_dict("records")
+        records = _pandas_rows(data)
     elif hasattr(data, "to_dicts"):  # polars DataFrame
         records = data.to_dicts()
     else:
