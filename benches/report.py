@@ -78,12 +78,16 @@ def summarize(data: dict[str, Any]) -> str:
     headline: list[str] = []
     for group in sorted(groups):
         impls = groups[group]
+        if "memory" in impls:  # not a timing: summarised in the whole-dataset section
+            continue
         lines.append("")
         lines.append(f"[{group}]")
         lines.append(
             f"  {'impl':<11}{'rows':>8}{'rounds':>8}{'median':>13}{'IQR':>13}{'per row':>13}"
         )
-        for impl in sorted(impls, key=lambda k: (k != "reference", k != "format_map", k)):
+        for impl in sorted(
+            impls, key=lambda k: (k != "reference", k != "format_map", k != "floor", k)
+        ):
             b = impls[impl]
             st = b["stats"]
             rows = int(b.get("extra_info", {}).get("rows") or 0)
@@ -103,10 +107,139 @@ def summarize(data: dict[str, Any]) -> str:
             msg = f"{group}: ours takes {r:.2f}x the time of a plain str.format_map loop"
             lines.append(f"  => {msg}")
             headline.append(msg)
+        r = _ratio(ours, impls.get("floor"))
+        if r is not None:
+            msg = f"{group}: ours takes {r:.2f}x the time of decoding the same strings from UTF-8"
+            lines.append(f"  => {msg}")
+            headline.append(msg)
     if headline:
         lines.append("")
         lines.append("Headline (ratios of medians, same rows, same process):")
         lines.extend(f"  {h}" for h in headline)
+    dataset = summarize_dataset(data)
+    if dataset:
+        lines.append("")
+        lines.append(dataset)
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- whole-dataset path
+
+#: targets of the whole-dataset path (bench_dataset.py), reported as PASS/MISS, never asserted:
+#: workload -> [(measure, comparison, bound)]; measures: "ref/ours" (median/median on the same
+#: subset), "ours/floor" (full size), "ours/format_map" (full size), "peak/output" (memory)
+DATASET_TARGETS: dict[str, list[tuple[str, str, float]]] = {
+    "W1": [("ours/format_map", "<", 1.0)],
+    "W2": [("ref/ours", ">=", 300.0), ("ours/floor", "<=", 2.5)],
+    "W2-zh": [("ref/ours", ">=", 100.0)],
+    "W3": [("ref/ours", ">=", 100.0)],
+    "W4": [("ref/ours", ">=", 300.0), ("ours/floor", "<=", 2.5)],
+    "memory": [("peak/output", "<=", 2.0)],
+}
+DATASET_ORDER = ["W1", "W2", "W2-zh", "W3", "W4", "W4-str"]
+
+
+def _verdict(value: float | None, op: str, bound: float) -> str:
+    if value is None:
+        return "n/a"
+    ok = {"<": value < bound, "<=": value <= bound, ">=": value >= bound}[op]
+    return "PASS" if ok else "MISS"
+
+
+def _x(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}x"
+
+
+def summarize_dataset(data: dict[str, Any]) -> str:
+    """The whole-dataset section: per workload, speed-ups, floors, memory and the targets."""
+    by: dict[str, dict[tuple[str, str], dict[str, Any]]] = defaultdict(dict)
+    memory: dict[str, Any] | None = None
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info", {})
+        if info.get("path") != "dataset":
+            continue
+        if info.get("impl") == "memory":
+            memory = info
+            continue
+        size = "full" if str(b.get("group", "")).endswith("-full") else "subset"
+        by[info.get("workload", "?")][(info.get("impl", "?"), size)] = b
+    if not by and memory is None:
+        return ""
+
+    def med(b: dict[str, Any] | None) -> float | None:
+        return float(b["stats"]["median"]) if b else None
+
+    def per_row(b: dict[str, Any] | None) -> float | None:
+        rows = int(b.get("extra_info", {}).get("rows") or 0) if b else 0
+        return float(b["stats"]["median"]) / rows if b and rows else None
+
+    def div(a: float | None, c: float | None) -> float | None:
+        return a / c if a is not None and c else None
+
+    lines = [
+        "Whole-dataset path: DatasetRenderer.render (ours) vs OpenCompass row by row (reference)",
+        "  ref/ours: medians on the same subset; ref/ours-full: reference per row (subset) /",
+        "  ours per row (full size); floor: [b.decode() for b in utf8] of the same strings;",
+        "  format_map: W1's str.format_map loop. Targets are reported, not asserted.",
+        "",
+        f"  {'workload':<9}{'rows':>13}{'ref/row':>11}{'ours/row':>11}{'full/row':>11}"
+        f"{'ref/ours':>10}{'ref/full':>10}{'/floor':>8}{'/floor-f':>9}{'/fmap-f':>9}",
+    ]
+    verdicts: list[str] = []
+    names = [w for w in DATASET_ORDER if w in by] + sorted(set(by) - set(DATASET_ORDER))
+    for w in names:
+        g = by[w]
+        ref, ours, full = (
+            g.get(("reference", "subset")),
+            g.get(("ours", "subset")),
+            g.get(("ours", "full")),
+        )
+        rows_s = int(ours["extra_info"]["rows"]) if ours else 0
+        rows_f = int(full["extra_info"]["rows"]) if full else 0
+        m = {
+            "ref/ours": div(med(ref), med(ours)),
+            "ref/ours-full": div(per_row(ref), per_row(full)),
+            "ours/floor-subset": div(med(ours), med(g.get(("floor", "subset")))),
+            "ours/floor": div(med(full), med(g.get(("floor", "full")))),
+            "ours/format_map": div(med(full), med(g.get(("format_map", "full")))),
+        }
+        pr = [per_row(ref), per_row(ours), per_row(full)]
+        lines.append(
+            f"  {w:<9}{f'{rows_s}/{rows_f}':>13}"
+            + "".join(f"{_fmt_time(x) if x else '-':>11}" for x in pr)
+            + f"{_x(m['ref/ours']):>10}{_x(m['ref/ours-full']):>10}"
+            f"{_x(m['ours/floor-subset'], 2):>8}{_x(m['ours/floor'], 2):>9}"
+            f"{_x(m['ours/format_map'], 2):>9}"
+        )
+        for measure, op, bound in DATASET_TARGETS.get(w, []):
+            v = m[measure]
+            verdicts.append(
+                f"  {w:<7}{measure:<16}{_x(v, 2):>10}  target {op} {bound:g}x  "
+                f"{_verdict(v, op, bound)}"
+            )
+    if memory is not None:
+        ratio = float(memory["ratio"])
+        lines.append("")
+        mib = 2.0**20
+        lines += [
+            "",
+            f"  memory (W2, {memory['rows']} rows, {memory.get('threads', '?')} threads, fresh "
+            f"subprocess, {memory['method']}):",
+            f"    peak additional RSS {memory['peak_add_bytes'] / mib:.1f} MiB vs output strings "
+            f"{memory['output_bytes'] / mib:.1f} MiB (sys.getsizeof; UTF-8 "
+            f"{memory['output_utf8_bytes'] / mib:.1f} MiB) = {ratio:.2f}x",
+            f"    retained after render {memory['retained_add_kib'] / 1024:.1f} MiB; sampled "
+            f"VmRSS peak {memory['sampled_peak_add_kib'] / 1024:.1f} MiB",
+        ]
+        for measure, op, bound in DATASET_TARGETS["memory"]:
+            verdicts.append(
+                f"  {'memory':<7}{measure:<16}{_x(ratio, 2):>10}  target {op} {bound:g}x  "
+                f"{_verdict(ratio, op, bound)}"
+            )
+    if verdicts:
+        lines.append("")
+        lines.append("  Targets:")
+        lines.extend(verdicts)
     return "\n".join(lines)
 
 

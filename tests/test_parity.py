@@ -141,7 +141,7 @@ def check(ours: Outcome, ref: Outcome, what: str, *, compare_value: bool = True)
     assert isinstance(ours.error, PromptRenderError), (
         f"{what}: reference {ref.describe()}; ours is not a PromptRenderError: {ours.describe()}"
     )
-    code = ais_code(ref.error)
+    code = ais_code(ref.error) if ref.error is not None else None
     if code is not None:
         assert ours.error.error_code == code, (
             f"{what}: reference [{code}] ({ref.describe()}), but ours {ours.describe()} "
@@ -266,7 +266,9 @@ def values(*, well_typed: bool = False) -> st.SearchStrategy[Any]:
     )
 
 
-def rows(*, well_typed: bool = False, keys: list[str] | None = None) -> st.SearchStrategy[dict]:
+def rows(
+    *, well_typed: bool = False, keys: list[str] | None = None
+) -> st.SearchStrategy[dict[str, Any]]:
     """Data rows: str keys (incl. odd ones) in random order."""
     pool = keys or (KEYS if well_typed else [*KEYS, "\udc80k"])
     return st.lists(
@@ -437,7 +439,8 @@ def prompt_lists(draw: Any, *, well_typed: bool = False) -> list[Any]:
         st.just("the role of content"),
         *([] if well_typed else [st.integers(-2, 2), st.sampled_from(ODD_MARKERS)]),
     )
-    return draw(st.lists(item, max_size=6))
+    items: list[Any] = draw(st.lists(item, max_size=6))
+    return items
 
 
 @st.composite
@@ -510,15 +513,21 @@ def run_pipeline(reference: dict[str, Any], fw: str, data: Any, *, well_typed: b
     """Draw one full pipeline and compare every stage (template -> ICE -> item -> parse)."""
     ours_api, ref_api = apis(reference, fw)
     ice_token = data.draw(st.sampled_from([None, ICE, ICE, ICE] + ([] if well_typed else [""])))
-    sep_token = data.draw(st.sampled_from([None, None, SEP]))
+    sep_token = data.draw(
+        st.sampled_from([None, None, SEP, SEP] + ([] if well_typed else ["", ICE]))
+    )
     template = data.draw(templates(ice_token, well_typed=well_typed), label="template")
     train = data.draw(st.lists(rows(well_typed=well_typed), max_size=5), label="train rows")
     test_row = data.draw(rows(well_typed=well_typed), label="test row")
     if isinstance(template, dict) and not all(k in ("begin", "round", "end") for k in template):
-        label = data.draw(st.sampled_from([*template, *(["C"] if not well_typed else [])]))
+        label = data.draw(st.sampled_from([*template, *(["C", ["A"]] if not well_typed else [])]))
     else:
         label = data.draw(st.sampled_from([None, "A"]))
-    output_field = data.draw(st.sampled_from([None, "answer", "answer", "question", "missing"]))
+    output_field = data.draw(
+        st.sampled_from(
+            [None, "answer", "answer", "question", "missing", *([] if well_typed else [0])]
+        )
+    )
     output_token = data.draw(
         st.sampled_from(["", "", "<ANS>", "{question}", *([] if well_typed else [None, 0])])
     )
@@ -774,7 +783,7 @@ def test_rust_core_does_not_fall_back(
         if not ok:
             continue
         before = _backend.fallbacks
-        _, ref, ok = both(
+        _, _ref, ok = both(
             lambda its, p=ours_p.value: p.parse_template(ours_api.PromptList(its), mode),
             lambda its, p=ref_p.value: p.parse_template(ref_api.PromptList(its), mode),
             items,
@@ -799,7 +808,7 @@ SP_TEMPLATE_TEXT = st.lists(
 SP_VALUE = st.one_of(SAFE_LITERAL, st.integers(-99, 99), st.none(), st.booleans(), st.floats())
 
 
-def _sp_rows() -> st.SearchStrategy[dict]:
+def _sp_rows() -> st.SearchStrategy[dict[str, Any]]:
     return st.lists(
         st.tuples(st.sampled_from(SP_KEYS), SP_VALUE), max_size=6, unique_by=lambda kv: kv[0]
     ).map(dict)

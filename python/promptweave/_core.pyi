@@ -7,6 +7,18 @@ __version__: str
 class FallbackRequired(Exception):
     """The Rust core cannot render this input; the pure-Python path must."""
 
+class MarkerError(ValueError):
+    """A strict multimodal content string is malformed.
+
+    ``args`` is ``(message, tag or None, character position)``.
+    """
+
+def parse_content(content: str, strict: bool = False) -> list[tuple[str, str]]:
+    """The ``<AIS_*>`` parts of ``content`` as ``(kind, payload)``, kind ``'text'``,
+    ``'image'``, ``'video'`` or ``'audio'``; ``strict`` raises ``MarkerError`` for anything but
+    ``START payload <AIS_CONTENT_TAG>`` repeated. Raises ``FallbackRequired`` for lone surrogates.
+    """
+
 def safe_format(template: str, entry: dict[str, Any]) -> str:
     """``safe_format`` with the reference's sequential semantics (one-scan fast path inside)."""
 

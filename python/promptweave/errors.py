@@ -86,7 +86,16 @@ class RetrieverError(PromptRenderError, ValueError):
 
 
 class MultimodalContentError(PromptRenderError, ValueError):
-    """A multimodal prompt part is malformed."""
+    """A multimodal prompt part is malformed.
+
+    Attributes:
+        tag: for a malformed ``content`` string (strict parsing), the ``<AIS_*>`` tag at fault
+            (``None`` for untagged text), else ``None``.
+        position: the character (code point) position of that tag or text in ``content``.
+    """
+
+    tag: str | None = None
+    position: int | None = None
 
 
 class ConfigError(PromptRenderError, ValueError):

@@ -14,27 +14,26 @@ from typing import Any, ClassVar, Literal
 
 from promptweave import _backend, _core, _fallback
 from promptweave._flavor import AISBENCH, OPENCOMPASS
-from promptweave.errors import IceTokenError, PromptTypeError, make_error
+from promptweave.errors import IceTokenError, PromptTypeError, TemplateError, make_error
 from promptweave.prompt import PromptList
 
-__all__ = ["PromptTemplate"]
+__all__ = ["BasePromptTemplate", "PromptTemplate"]
 
 Substitution = Literal["compat", "single_pass"]
 _DIALOGUE_KEYS = ("begin", "round", "end")
 
 
-class PromptTemplate:
-    """A dataset-side prompt template: a string, a dialogue (``begin``/``round``/``end``) or a
-    label dict (label -> string or dialogue, for perplexity scoring).
+class BasePromptTemplate:
+    """What every dataset-side template shares: the constructor's checks (in the reference's
+    order, with the reference's error codes) and the dialogue encoding.
+
+    Mirrors AISBench's ``BasePromptTemplate``, the base of ``PromptTemplate``,
+    ``MMPromptTemplate`` and ``MultiTurnPromptTemplate``; its ``generate_*`` methods raise.
 
     Args:
-        template: the template.
+        template: the template (a str or a dict).
         ice_token: where in-context examples go (``'</E>'``), or ``None``.
-        sep_token: a token deleted from prompts (kept in PPL prompts with ``remain_sep``).
-        substitution: ``'compat'`` (default) reproduces the reference byte for byte, including
-            its order-dependent sequential substitution and the re-formatting of in-context
-            examples with the test row; ``'single_pass'`` substitutes the template in one scan
-            (values are never rescanned) and inserts in-context examples after substitution.
+        sep_token: a token deleted from prompts, or ``None``.
     """
 
     _flavor: ClassVar[str] = OPENCOMPASS
@@ -45,23 +44,19 @@ class PromptTemplate:
         template: dict[Any, Any] | str,
         ice_token: str | None = None,
         sep_token: str | None = None,
-        *,
-        substitution: Substitution = "compat",
     ) -> None:
         self.template = template
-        self._validate_types(ice_token, sep_token, substitution)
+        self._validate_types(ice_token, sep_token)
         self.ice_token = ice_token
         self.sep_token = sep_token
-        self.substitution: Substitution = substitution
         self.prompt_type = "origin"
         self._check_template_legacy()
-        self._compile()
 
     # ------------------------------------------------------------------ construction
     def _code(self, code: str) -> str | None:
         return code if self._flavor == AISBENCH else None
 
-    def _validate_types(self, ice_token: object, sep_token: object, substitution: object) -> None:
+    def _validate_types(self, ice_token: object, sep_token: object) -> None:
         if not isinstance(self.template, (str, dict)):
             raise make_error(
                 PromptTypeError,
@@ -80,10 +75,6 @@ class PromptTemplate:
                     path=name,
                     code=self._code("UTILS-TYPE-001"),
                 )
-        if substitution not in ("compat", "single_pass"):
-            raise ValueError(
-                f"substitution must be 'compat' or 'single_pass', got {substitution!r}"
-            )
 
     def _check_template_legacy(self) -> None:
         tok = self.ice_token
@@ -112,6 +103,87 @@ class PromptTemplate:
             path=path,
             code=self._code("ICLR-PARAM-001"),
         )
+
+    # ------------------------------------------------------------------ rendering
+    def _not_implemented(self) -> Exception:
+        return make_error(
+            TemplateError,
+            f"{type(self).__name__} does not supported to be called in base classes",
+            compat=NotImplementedError,
+            code=self._code("ICLR-UNK-001"),
+        )
+
+    def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
+        """Not available on this template class (as in the reference)."""
+        raise self._not_implemented()
+
+    def generate_label_prompt_item(
+        self,
+        entry: Mapping[str, Any],
+        ice: Any,
+        label: Hashable,
+        remain_sep: bool | None = False,
+    ) -> Any:
+        """Not available on this template class (as in the reference)."""
+        raise self._not_implemented()
+
+    def generate_item(
+        self,
+        entry: Mapping[str, Any],
+        output_field: Hashable | None = None,
+        output_field_replace_token: Any = "",
+        ice_field_replace_token: Any = "",
+    ) -> Any:
+        """Not available on this template class (as in the reference)."""
+        raise self._not_implemented()
+
+    def _encode_template(self, prompt_template: Any, ice: bool) -> Any:
+        """The reference's dialogue encoding (section markers included)."""
+        if isinstance(prompt_template, str):
+            return prompt_template
+        return _fallback.encode_dialogue(prompt_template, ice, self._prompt_list)
+
+    def __repr__(self) -> str:
+        return (
+            f"BasePromptTemplate({{\n\ttemplate: {self.template},\n\t"
+            f"ice_token: {self.ice_token}\n}})"
+        )
+
+
+class PromptTemplate(BasePromptTemplate):
+    """A dataset-side prompt template: a string, a dialogue (``begin``/``round``/``end``) or a
+    label dict (label -> string or dialogue, for perplexity scoring).
+
+    Args:
+        template: the template.
+        ice_token: where in-context examples go (``'</E>'``), or ``None``.
+        sep_token: a token deleted from prompts (kept in PPL prompts with ``remain_sep``).
+        substitution: ``'compat'`` (default) reproduces the reference byte for byte, including
+            its order-dependent sequential substitution and the re-formatting of in-context
+            examples with the test row; ``'single_pass'`` substitutes the template in one scan
+            (values are never rescanned) and inserts in-context examples after substitution.
+    """
+
+    def __init__(
+        self,
+        template: dict[Any, Any] | str,
+        ice_token: str | None = None,
+        sep_token: str | None = None,
+        *,
+        substitution: Substitution = "compat",
+    ) -> None:
+        self.template = template
+        self._validate_types(ice_token, sep_token)
+        if substitution not in ("compat", "single_pass"):
+            raise ValueError(
+                f"substitution must be 'compat' or 'single_pass', got {substitution!r}"
+            )
+        self.ice_token = ice_token
+        self.sep_token = sep_token
+        self.substitution: Substitution = substitution
+        self.prompt_type = "origin"
+        self._check_template_legacy()
+        self._compile()
 
     def _compile(self) -> None:
         self._labels: dict[Hashable, int] = {}
@@ -218,12 +290,6 @@ class PromptTemplate:
         return _fallback.generate_item(
             self, entry, output_field, output_field_replace_token, ice_field_replace_token
         )
-
-    def _encode_template(self, prompt_template: Any, ice: bool) -> Any:
-        """The reference's dialogue encoding (section markers included)."""
-        if isinstance(prompt_template, str):
-            return prompt_template
-        return _fallback.encode_dialogue(prompt_template, ice, self._prompt_list)
 
     def __repr__(self) -> str:
         return (

@@ -104,6 +104,66 @@ pub enum Error {
         /// number of train rows
         rows: usize,
     },
+    /// Strict multimodal content: an `<AIS_…>` tag that is none of the five known tags.
+    UnknownTag {
+        /// the tag as written, e.g. `<AIS_PDF_START>`
+        tag: String,
+        /// character (code point) position of its `<` in the content string
+        position: usize,
+    },
+    /// Strict multimodal content: a segment whose start tag is never closed by
+    /// `<AIS_CONTENT_TAG>` (the reference still uses it).
+    UnterminatedTag {
+        /// the start tag
+        tag: &'static str,
+        /// character position of the start tag
+        position: usize,
+    },
+    /// Strict multimodal content: a start tag directly followed by the terminator (the
+    /// reference emits a part with an empty value).
+    EmptyTag {
+        /// the start tag
+        tag: &'static str,
+        /// character position of the start tag
+        position: usize,
+    },
+    /// Strict multimodal content: a start tag inside another segment's payload (the reference
+    /// deletes it when it is the segment's own tag and keeps it literally otherwise).
+    NestedTag {
+        /// the nested start tag
+        tag: &'static str,
+        /// character position of the nested tag
+        position: usize,
+    },
+    /// Strict multimodal content: text that no start tag opens (before the first tag, between a
+    /// terminator and the next tag, or after the last terminator; the reference drops it).
+    UntaggedText {
+        /// character position of the first character of the text
+        position: usize,
+    },
+    /// Strict multimodal content: a terminator that closes no segment (the reference ignores
+    /// the empty segment before it).
+    StrayTerminator {
+        /// character position of the terminator
+        position: usize,
+    },
+}
+
+impl Error {
+    /// For a multimodal content error: the tag it names (if any) and its character position.
+    pub fn tag_location(&self) -> Option<(Option<&str>, usize)> {
+        match self {
+            Self::UnknownTag { tag, position } => Some((Some(tag.as_str()), *position)),
+            Self::UnterminatedTag { tag, position }
+            | Self::EmptyTag { tag, position }
+            | Self::NestedTag { tag, position } => Some((Some(tag), *position)),
+            Self::UntaggedText { position } => Some((None, *position)),
+            Self::StrayTerminator { position } => {
+                Some((Some(crate::markers::CONTENT_TAG), *position))
+            }
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -176,6 +236,32 @@ impl fmt::Display for Error {
                     "in-context example index {index} is out of range of {rows} train rows"
                 )
             }
+            Self::UnknownTag { tag, position } => {
+                write!(f, "unknown multimodal tag '{tag}' at character {position}")
+            }
+            Self::UnterminatedTag { tag, position } => write!(
+                f,
+                "multimodal tag '{tag}' at character {position} is not closed by \
+                 '<AIS_CONTENT_TAG>'"
+            ),
+            Self::EmptyTag { tag, position } => write!(
+                f,
+                "multimodal tag '{tag}' at character {position} has an empty payload"
+            ),
+            Self::NestedTag { tag, position } => write!(
+                f,
+                "multimodal tag '{tag}' at character {position} is inside another segment's \
+                 payload"
+            ),
+            Self::UntaggedText { position } => write!(
+                f,
+                "text at character {position} is outside any tagged segment (a segment starts \
+                 with <AIS_TEXT_START>, <AIS_IMAGE_START>, <AIS_VIDEO_START> or <AIS_AUDIO_START>)"
+            ),
+            Self::StrayTerminator { position } => write!(
+                f,
+                "multimodal tag '<AIS_CONTENT_TAG>' at character {position} closes no segment"
+            ),
         }
     }
 }

@@ -15,6 +15,7 @@
 //! * [`api`]: the API walk (role messages, merged) used by API and chat models.
 //! * [`dataset`]: the whole-dataset job (ICE per distinct index list, every row rendered).
 //! * [`program`]: a shared ICE group's output compiled into literals and column slots.
+//! * [`markers`]: the `<AIS_*>` tag grammar of AISBench multimodal `content` strings.
 //!
 //! ```
 //! use promptweave_core::{safe_format, Entries};
@@ -63,6 +64,7 @@ pub mod api;
 pub mod dataset;
 pub mod error;
 pub mod format;
+pub mod markers;
 pub mod meta;
 pub mod program;
 pub mod prompt;
@@ -73,6 +75,7 @@ pub use api::{ApiMessage, ApiOutput, Flavor};
 pub use dataset::{IceGroups, IceValue, Job, Output, Parser, Prepared, Table, Task, render_rows};
 pub use error::{Error, Result};
 pub use format::{Entries, safe_format, single_pass_format};
+pub use markers::{ContentPart, Modality, parse_content, parse_content_strict, render_content};
 pub use meta::{MetaEntry, MetaTemplate, Mode, RoleSpec};
 pub use program::Program;
 pub use prompt::{Item, Marker, Origin, Pos, RoleItem, RoleSpecItem, Section, join_plain};

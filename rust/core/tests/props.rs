@@ -1,11 +1,16 @@
 //! Property tests of the core: substitution against naive oracles, and "never panics" for the
-//! meta walks and the template operations on arbitrary input.
+//! meta walks and the template operations on arbitrary input, and the multimodal tag parser
+//! against the reference algorithm (split / startswith / replace) with its round trips.
 //!
 //! The case count is proptest's default, 256 per property; set `PROPTEST_CASES` for a longer run
 //! (the config is deliberately not fixed in the file, which would ignore the variable).
 
 use std::borrow::Cow;
 
+use promptweave_core::markers::{
+    AUDIO_START, CONTENT_TAG, ContentPart, IMAGE_START, Modality, TEXT_START, VIDEO_START,
+    parse_content, parse_content_strict, render_content,
+};
 use promptweave_core::{
     Body, Dialogue, Entries, Flavor, Ice, Item, Marker, MetaEntry, MetaTemplate, Mode, Origin, Pos,
     PromptTemplate, Rendered, RoleItem, RoleSpec, RoleSpecItem, Section, Substitution, safe_format,
@@ -822,5 +827,105 @@ proptest! {
             t.item(&row, Ice::Str(&ice)).unwrap(),
             Rendered::Str(fmt(&del(&put(&template), &sep_token)))
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (f) multimodal content tags
+// ---------------------------------------------------------------------------------------------
+
+const TAGS: [&str; 5] = [
+    TEXT_START,
+    IMAGE_START,
+    VIDEO_START,
+    AUDIO_START,
+    CONTENT_TAG,
+];
+
+/// A content string: tags, partial and unknown tags, stray `<`/`>`, and unicode text.
+fn content() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![
+            6 => select(TAGS.to_vec()).prop_map(String::from),
+            2 => select(vec![
+                "<AIS_", "<AIS_TEXT", "<AIS_TEXT_START", "AIS_TEXT_START>", "<AIS_CONTENT_TA",
+                "<AIS_PDF_START>", "<AIS_>", "<AIS_x>", "<AIS_ >", "<", ">", "<<", "<AIS_<AIS_",
+            ])
+            .prop_map(String::from),
+            5 => small_string(4),
+        ],
+        0..12,
+    )
+    .prop_map(|v| v.concat())
+}
+
+/// The reference algorithm, literally: `split(CT)`, `startswith` in the reference's order,
+/// `replace(tag, "")` on the whole segment.
+fn naive_parse(content: &str) -> Vec<(Modality, String)> {
+    content
+        .split(CONTENT_TAG)
+        .filter_map(|seg| {
+            let m = Modality::ALL
+                .into_iter()
+                .find(|m| seg.starts_with(m.start_tag()))?;
+            Some((m, seg.replace(m.start_tag(), "")))
+        })
+        .collect()
+}
+
+fn owned(parts: &[ContentPart<'_>]) -> Vec<(Modality, String)> {
+    parts
+        .iter()
+        .map(|p| (p.modality, p.payload.to_string()))
+        .collect()
+}
+
+fn modality() -> impl Strategy<Value = Modality> {
+    select(Modality::ALL.to_vec())
+}
+
+proptest! {
+    /// (f) the one-pass parser equals the reference's split/startswith/replace algorithm.
+    #[test]
+    fn parse_content_equals_reference_algorithm(c in content()) {
+        prop_assert_eq!(owned(&parse_content(&c)), naive_parse(&c));
+    }
+
+    /// (f) strict parsing never panics; on success it agrees with the compat parser and
+    /// renders back to the input; an error names a tag found at its character position.
+    #[test]
+    fn parse_content_strict_is_consistent(c in content()) {
+        match parse_content_strict(&c) {
+            Ok(parts) => {
+                prop_assert_eq!(&parts, &parse_content(&c));
+                prop_assert_eq!(render_content(&parts), c);
+            }
+            Err(err) => {
+                let (tag, position) = err.tag_location().expect("a content error");
+                let rest: String = c.chars().skip(position).collect();
+                prop_assert!(position < c.chars().count());
+                if let Some(tag) = tag {
+                    prop_assert!(rest.starts_with(tag), "{} not at {}", tag, position);
+                }
+            }
+        }
+    }
+
+    /// (f) parse(render(parts)) == parts when no payload holds the terminator or its own tag.
+    #[test]
+    fn render_then_parse_round_trips(
+        raw in prop::collection::vec((modality(), content()), 0..5),
+    ) {
+        let parts: Vec<ContentPart<'_>> = raw
+            .iter()
+            .filter(|(m, p)| !p.contains(CONTENT_TAG) && !p.contains(m.start_tag()))
+            .map(|(m, p)| ContentPart::new(*m, p.as_str()))
+            .collect();
+        let rendered = render_content(&parts);
+        prop_assert_eq!(&parse_content(&rendered), &parts);
+        let canonical = parts.iter().all(|p| !p.payload.is_empty() && !p.payload.contains("<AIS_"));
+        if canonical {
+            prop_assert_eq!(parse_content_strict(&rendered), Ok(parts));
+        }
     }
 }

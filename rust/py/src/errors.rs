@@ -1,13 +1,15 @@
-//! The one exception the binding raises itself.
+//! The exceptions the binding raises itself.
 //!
 //! The core renders the well-typed inputs of real configs. Anything it does not model (lone
 //! surrogates, non-str values where the reference concatenates, unusual dict shapes) and every
 //! core error raise `FallbackRequired`; the Python wrapper then runs the pure-Python reference
 //! algorithm, which produces the reference's result or its precise, documented exception.
+//! Strict multimodal content errors raise `MarkerError` instead, which the wrapper turns into
+//! `promptweave.errors.MultimodalContentError`.
 
 use pyo3::PyErr;
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 
 create_exception!(
     promptweave._core,
@@ -16,9 +18,26 @@ create_exception!(
     "The Rust core cannot render this input; use the pure-Python path."
 );
 
+create_exception!(
+    promptweave._core,
+    MarkerError,
+    PyValueError,
+    "A strict multimodal content string is malformed: args are (message, tag or None, position)."
+);
+
 /// Map a core error (its message is kept for debugging).
 pub(crate) fn to_py_err(err: &promptweave_core::Error) -> PyErr {
     FallbackRequired::new_err(err.to_string())
+}
+
+/// A strict content error: `MarkerError(message, tag, character position)`.
+pub(crate) fn marker_error(err: &promptweave_core::Error) -> PyErr {
+    match err.tag_location() {
+        Some((tag, position)) => {
+            MarkerError::new_err((err.to_string(), tag.map(str::to_owned), position))
+        }
+        None => to_py_err(err),
+    }
 }
 
 /// An input the core does not model.

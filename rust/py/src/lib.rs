@@ -4,6 +4,7 @@ mod convert;
 mod dataset;
 mod errors;
 mod format;
+mod markers;
 mod meta;
 mod template;
 
@@ -12,9 +13,11 @@ mod _core {
     #[pymodule_export]
     use crate::dataset::render_dataset;
     #[pymodule_export]
-    use crate::errors::FallbackRequired;
+    use crate::errors::{FallbackRequired, MarkerError};
     #[pymodule_export]
     use crate::format::{join_plain, safe_format, single_pass_format};
+    #[pymodule_export]
+    use crate::markers::parse_content;
     #[pymodule_export]
     use crate::meta::PyMetaTemplate;
     #[pymodule_export]
