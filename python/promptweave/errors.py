@@ -16,6 +16,8 @@ In the AISBench flavour the reference's error code (``ICLR-TYPE-001``, ...) is s
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ArgumentError",
     "ConfigError",
@@ -43,6 +45,9 @@ class PromptRenderError(Exception):
 
     path: str | None = None
     error_code: str | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce(self)
 
     def __str__(self) -> str:
         # KeyError's str() is the repr of its argument; keep our messages readable instead.
@@ -115,13 +120,33 @@ class ConfigError(PromptRenderError, ValueError):
 _COMBINED: dict[tuple[type, type], type] = {}
 
 
+def _rebuild(
+    family: type[PromptRenderError],
+    compat: type[BaseException] | None,
+    args: tuple[Any, ...],
+    state: dict[str, Any],
+) -> PromptRenderError:
+    """Unpickle an error (the combined classes are made at run time, so pickle cannot find
+    them by name): rebuild the class, then the instance."""
+    cls = _combined(family, compat) if compat is not None else family
+    err: PromptRenderError = cls(*args)
+    err.__dict__.update(state)
+    return err
+
+
+def _reduce(self: PromptRenderError) -> tuple[Any, ...]:
+    family, compat = getattr(type(self), "_pw_bases", (type(self), None))
+    return (_rebuild, (family, compat, self.args, self.__dict__))
+
+
 def _combined(family: type[PromptRenderError], compat: type[BaseException]) -> type:
     if issubclass(family, compat):
         return family
     cls = _COMBINED.get((family, compat))
     if cls is None:
         # Same name as the family: the compat base is an implementation detail.
-        cls = type(family.__name__, (family, compat), {"__module__": __name__})
+        namespace = {"__module__": __name__, "_pw_bases": (family, compat), "__reduce__": _reduce}
+        cls = type(family.__name__, (family, compat), namespace)
         _COMBINED[(family, compat)] = cls
     return cls
 

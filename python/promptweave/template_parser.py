@@ -53,8 +53,12 @@ class _BaseParser:
     def _code(self, code: str) -> str | None:
         return code if self._flavor == AISBENCH and self._api else None
 
-    def _meta_error(self, message: str, compat: type[BaseException], code: str) -> Exception:
-        return make_error(MetaTemplateError, message, compat=compat, code=self._code(code))
+    def _meta_error(
+        self, message: str, compat: type[BaseException], code: str, path: str
+    ) -> Exception:
+        return make_error(
+            MetaTemplateError, message, compat=compat, code=self._code(code), path=path
+        )
 
     def _validate(self, meta: Any) -> None:
         if isinstance(meta, list) and self._api and self._flavor == OPENCOMPASS:
@@ -63,6 +67,7 @@ class _BaseParser:
                     f"meta_template is {meta}, not a list of dicts with role system/user/assistant",
                     AssertionError,
                     "MODEL-PARAM-004",
+                    "meta_template",
                 )
             return
         if not isinstance(meta, dict) or "round" not in meta:
@@ -70,6 +75,7 @@ class _BaseParser:
                 f"round is required in meta template, currently is {meta}",
                 AssertionError,
                 "MODEL-PARAM-004",
+                "meta_template",
             )
         keys = ["round"]
         if "reserved_roles" in meta:
@@ -80,6 +86,7 @@ class _BaseParser:
                     f"meta template {key!r} must be a list, currently is {meta[key]!r}",
                     AssertionError,
                     "MODEL-TYPE-004",
+                    f"meta_template[{key!r}]",
                 )
             for i, item in enumerate(meta[key]):
                 self._add_role(key, i, item)
@@ -91,16 +98,20 @@ class _BaseParser:
                 f"{where} must be a str or a dict, currently is {item!r}",
                 AssertionError,
                 "MODEL-TYPE-004",
+                where,
             )
         if isinstance(item, str):
             return
         if "role" not in item:
-            raise make_error(MetaTemplateError, f"{where} has no 'role'", compat=KeyError)
+            raise make_error(
+                MetaTemplateError, f"{where} has no 'role'", compat=KeyError, path=where
+            )
         if item["role"] in self.roles:
             raise self._meta_error(
                 f"role in meta prompt must be unique! ({item['role']!r} in {where})",
                 AssertionError,
                 "MODEL-PARAM-005",
+                where,
             )
         self.roles[item["role"]] = item.copy()
         if not self._api:
@@ -111,6 +122,7 @@ class _BaseParser:
                         f"{where}[{edge!r}]: a list of str|int special tokens as the begin or "
                         "end of a role is not supported",
                         compat=NotImplementedError,
+                        path=f"{where}[{edge!r}]",
                     )
 
     # ------------------------------------------------------------------ dispatch
