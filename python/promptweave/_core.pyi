@@ -80,9 +80,11 @@ def render_dataset(
     aisbench: bool,
     test_rows: list[dict[str, Any]],
     train_rows: list[dict[str, Any]],
-    ice_indices: list[list[int]],
+    ice_indices: list[Any],
     ppl_labels: list[int] | None,
+    ppl_label_objects: list[Any] | None,
     remain_sep: bool,
+    prompt_list: type[Any] | None,
     threads: int,
 ) -> list[Any]:
-    """Render every test row (row-major outputs; ``len(ppl_labels)`` per row in ppl mode)."""
+    """Render every test row: one output per row (a dict label -> output in ppl mode)."""

@@ -13,7 +13,7 @@ mirrored classes, which reproduce the reference exactly.
 
 from __future__ import annotations
 
-import os
+import gc
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -145,7 +145,8 @@ class DatasetRenderer:
                 "flavour to reproduce OpenCompass's trimming"
             )
         self.normalizing_str = normalizing_str
-        self.threads = threads if threads is not None else min(2, os.cpu_count() or 1)
+        # one thread by default: on 2 cores a second rendering thread measured no faster
+        self.threads = threads if threads is not None else 1
 
     @classmethod
     def from_config(
@@ -277,11 +278,13 @@ class DatasetRenderer:
             test_rows = test_rows[:limit]
         dataset = Dataset(test_rows, train_rows, self.input_columns, self.output_column)
         retriever = self._retriever(dataset)
+        # lists are passed on as they are (FixK hands every row the same list object)
         if ice_indices is None:
-            indices = [list(x) for x in retriever.retrieve()]
+            indices = list(retriever.retrieve())
         else:
-            indices = [list(x) for x in ice_indices][: len(test_rows)]
-        missing = self._missing_columns(test_rows, train_rows, indices, strict)
+            indices = list(ice_indices)[: len(test_rows)]
+        if strict:
+            self._missing_columns(test_rows, train_rows, indices, strict=True, uniform=False)
         labels = None
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
@@ -289,6 +292,9 @@ class DatasetRenderer:
         prompts, used, rust_rows = self._render_rows(
             test_rows, train_rows, indices, labels, sep, eos, progress
         )
+        # the Rust job only takes rows that all have the same columns: one row tells for all
+        uniform = rust_rows == len(test_rows)
+        missing = self._missing_columns(test_rows, train_rows, indices, False, uniform)
         return RenderResult(prompts, used, labels, self.mode, missing, rust_rows)
 
     def _labels(self, test_rows: list[dict[str, Any]]) -> list[Any]:
@@ -307,13 +313,18 @@ class DatasetRenderer:
         train: list[dict[str, Any]],
         indices: list[list[int]],
         strict: bool,
+        uniform: bool,
     ) -> dict[str, int]:
         """Placeholders whose column a row lacks: test rows for the prompt template (the
         output column is masked in gen mode, so it is always there), the used train rows for
-        the ICE template."""
+        the ICE template. ``uniform``: every row of a split has the same columns, so the first
+        one is checked for all."""
         missing: dict[str, int] = {}
 
-        def check(slots: set[str], rows: Iterable[tuple[int, dict[str, Any]]], split: str) -> None:
+        def check(slots: set[str], rows: list[tuple[int, dict[str, Any]]], split: str) -> None:
+            weight = 1
+            if uniform and rows:
+                rows, weight = rows[:1], len(rows)
             for i, row in rows:
                 for name in sorted(slots.difference(row)):
                     if strict:
@@ -324,18 +335,19 @@ class DatasetRenderer:
                             compat=KeyError,
                             path=f"{split}[{i}]",
                         )
-                    missing[name] = missing.get(name, 0) + 1
+                    missing[name] = missing.get(name, 0) + weight
 
         slots = set(_SLOT.findall(_template_text(self.template.template)))
         if self.mode == "gen" and self.output_column is not None:
             slots.discard(self.output_column)
         if slots:
-            check(slots, enumerate(test), "test")
+            check(slots, list(enumerate(test[:1] if uniform else test)), "test")
+            if uniform and test and missing:
+                missing = {k: v * len(test) for k, v in missing.items()}
         if self.ice_template is not None:
             ice_slots = set(_SLOT.findall(_template_text(self.ice_template.template)))
-            used = sorted({i for idx in indices for i in idx if 0 <= i < len(train)})
             if ice_slots:
-                check(ice_slots, ((i, train[i]) for i in used), "train")
+                check(ice_slots, [(i, train[i]) for i in _used_rows(indices, len(train))], "train")
         return missing
 
     # ------------------------------------------------------------------ the two paths
@@ -392,8 +404,12 @@ class DatasetRenderer:
             ppl_labels = [t._label_index(label) for label in labels]
             if any(x is None for x in ppl_labels):
                 return None
+        # the call creates many objects at once: the collector would walk the whole heap
+        # several times for nothing
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
-            out = _core.render_dataset(
+            return _core.render_dataset(
                 t._compiled,
                 it._compiled if it is not None else None,
                 ice_labels,
@@ -408,24 +424,22 @@ class DatasetRenderer:
                 train,
                 indices,
                 ppl_labels,
+                labels,
                 self.normalizing_str is not None,
+                self._m.PromptList if self.api and meta else None,
                 self.threads,
             )
         except (_core.FallbackRequired, OverflowError, TypeError):
             return None
-        if self.api and meta:
-            pl = self._m.PromptList
-            out = [pl(x) if isinstance(x, list) else x for x in out]
-        if labels is None:
-            return out
-        n = len(labels)
-        return [dict(zip(labels, out[i * n : (i + 1) * n], strict=True)) for i in range(len(test))]
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
     def _ice_labels(self, train: list[dict[str, Any]], indices: list[list[int]]) -> list[int]:
         it = self.ice_template
         if it is None or not it._labels or not indices:
             return []
-        used = {i for idx in indices for i in idx}
+        used = _used_rows(indices, len(train))
         col = self.output_column
         out = [0] * len(train)
         for i in used:
@@ -507,6 +521,12 @@ class DatasetRenderer:
         if isinstance(parsed, list) and not isinstance(parsed, self._m.PromptList):
             return sum(counter(str(p)) for p in parsed)
         return counter(str(parsed))
+
+
+def _used_rows(indices: Sequence[Sequence[int]], n: int) -> list[int]:
+    """The train rows some test row uses (index lists shared between rows counted once)."""
+    distinct = dict(zip(map(id, indices), indices, strict=True)).values()
+    return sorted({i for idx in distinct for i in idx if 0 <= i < n})
 
 
 def _template_text(template: Any) -> str:

@@ -96,7 +96,7 @@ def _rows_of(data: Any, split: str) -> list[Row]:
     """Rows (plain dicts, columns in order) of a list of dicts, a dict of columns, a pandas
     DataFrame, a pyarrow Table, a HuggingFace ``datasets.Dataset`` or any iterable of dicts.
     A list of plain dicts is used as it is (not copied)."""
-    if type(data) is list and all(type(r) is dict for r in data):
+    if type(data) is list and set(map(type, data)) <= {dict}:
         return data
     if isinstance(data, Mapping):
         return _rows_of_columns(data, split)

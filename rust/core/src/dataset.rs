@@ -337,6 +337,16 @@ impl<'a> Prepared<'a> {
             .collect();
         Ok(Self { ices, programs })
     }
+
+    /// The rendered examples of `group`.
+    pub fn ice(&self, group: usize) -> Option<&IceValue<'a>> {
+        self.ices.get(group)
+    }
+
+    /// The program of `group` for the `k`-th label (0 in gen mode), if one was compiled.
+    pub fn program(&self, group: usize, k: usize) -> Option<&Program> {
+        self.programs.get(group)?.get(k)?.as_ref()
+    }
 }
 
 /// Render rows `range` of `test` (outputs row-major: one per row in gen mode, one per label

@@ -31,6 +31,15 @@ enum Seg {
     Col(usize),
 }
 
+/// A piece of a program, see [`Program::segments`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment<'p> {
+    /// literal text
+    Lit(&'p str),
+    /// a column's value (`None`: the masked output column's replacement)
+    Col(Option<usize>),
+}
+
 /// A compiled output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
@@ -142,6 +151,16 @@ impl Program {
         let first = programs.next()??;
         let second = programs.next()??;
         (first == second).then_some(first)
+    }
+
+    /// The program's pieces in order: literal text, or the column whose value goes there
+    /// (`None`: the masked output column's replacement).
+    pub fn segments(&self) -> impl Iterator<Item = Segment<'_>> {
+        self.segs.iter().map(|s| match s {
+            Seg::Lit(t) => Segment::Lit(t),
+            Seg::Col(i) if *i == MASK => Segment::Col(None),
+            Seg::Col(i) => Segment::Col(Some(*i)),
+        })
     }
 
     /// Render one row: `cells` are its values in column order, `mask` the masked output

@@ -1,12 +1,19 @@
-//! `render_dataset`: the whole-dataset job, rendered with the interpreter released.
+//! `render_dataset`: the whole-dataset job.
+//!
+//! Rows whose ICE group has a compiled output program (see `promptweave_core::program`) are
+//! assembled from Python string objects with `str.join`: the program's literal pieces (made
+//! once) and the row's own value objects, so no text is copied through UTF-8 and no Rust string
+//! is allocated per row. The other rows are rendered by the core with the interpreter released.
+
+use std::collections::HashMap;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use promptweave_core::{
-    Flavor, IceGroups, Job, Output, Parser, Prepared, Table, Task, render_rows,
+    Flavor, IceGroups, Job, Output, Parser, Prepared, Program, Segment, Table, Task,
 };
 
 use crate::convert::py_str;
@@ -14,17 +21,26 @@ use crate::errors::{to_py_err, unsupported};
 use crate::meta::PyMetaTemplate;
 use crate::template::PyCompiledTemplate;
 
-/// Rows of one split: column names and the `str()` of every cell, row-major.
-struct Columns {
-    names: Vec<PyBackedStr>,
-    cells: Vec<PyBackedStr>,
+/// The `str()` of a cell as a Python string object (the value itself when it is a `str`).
+fn cell_str<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    if value.is_exact_instance_of::<PyString>() {
+        Ok(value.cast::<PyString>()?.clone())
+    } else {
+        value.str()
+    }
 }
 
-impl Columns {
-    /// From a list of dicts that all have the same keys in the same order.
-    fn from_rows(rows: &Bound<'_, PyList>) -> PyResult<Self> {
+/// Rows of one split: column names and every cell's `str()` object, row-major. All rows must
+/// have the same keys in the same order (else the caller renders row by row).
+struct Rows<'py> {
+    names: Vec<PyBackedStr>,
+    cells: Vec<Bound<'py, PyString>>,
+}
+
+impl<'py> Rows<'py> {
+    fn from_list(rows: &Bound<'py, PyList>) -> PyResult<Self> {
         let mut names: Vec<PyBackedStr> = Vec::new();
-        let mut keys: Vec<Bound<'_, PyAny>> = Vec::new();
+        let mut keys: Vec<Bound<'py, PyAny>> = Vec::new();
         let mut cells = Vec::new();
         for (r, row) in rows.iter().enumerate() {
             let row = row
@@ -47,10 +63,30 @@ impl Columns {
                 if !k.is(&keys[i]) && !k.eq(&keys[i])? {
                     return Err(unsupported("rows with different columns"));
                 }
-                cells.push(py_str(&v)?);
+                cells.push(cell_str(&v)?);
             }
         }
         Ok(Self { names, cells })
+    }
+
+    fn width(&self) -> usize {
+        self.names.len()
+    }
+
+    fn row(&self, row: usize) -> &[Bound<'py, PyString>] {
+        let n = self.width();
+        self.cells.get(row * n..row * n + n).unwrap_or(&[])
+    }
+
+    /// The UTF-8 text of the given rows' cells (row-major), for the core.
+    fn backed(&self, rows: impl Iterator<Item = usize>) -> PyResult<Vec<PyBackedStr>> {
+        let mut out = Vec::new();
+        for r in rows {
+            for cell in self.row(r) {
+                out.push(py_str(cell.as_any())?);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -58,11 +94,129 @@ fn strs(v: &[PyBackedStr]) -> Vec<&str> {
     v.iter().map(|s| &**s).collect()
 }
 
-fn extract_indices(ice_indices: &Bound<'_, PyList>) -> PyResult<Vec<Vec<usize>>> {
-    ice_indices
-        .iter()
-        .map(|l| l.extract::<Vec<usize>>())
+/// Group rows by their ICE index lists; rows handing the same list object (FixK) are grouped
+/// without extracting it again.
+fn group_indices(ice_indices: &Bound<'_, PyList>) -> PyResult<IceGroups> {
+    let mut seen: HashMap<Vec<usize>, usize> = HashMap::new();
+    let mut groups = IceGroups::default();
+    let mut prev: Option<(Bound<'_, PyAny>, usize)> = None;
+    for obj in ice_indices.iter() {
+        if let Some((p, g)) = &prev {
+            if obj.is(p) {
+                groups.row_group.push(*g);
+                continue;
+            }
+        }
+        let list: Vec<usize> = obj.extract()?;
+        let next = groups.lists.len();
+        let g = *seen.entry(list.clone()).or_insert(next);
+        if g == next {
+            groups.lists.push(list);
+        }
+        groups.row_group.push(g);
+        prev = Some((obj, g));
+    }
+    Ok(groups)
+}
+
+/// Python pieces of a program: literals made once, slots filled per row.
+enum Piece<'py> {
+    Lit(Bound<'py, PyString>),
+    Col(Option<usize>),
+}
+
+fn pieces<'py>(py: Python<'py>, program: &Program) -> Vec<Piece<'py>> {
+    program
+        .segments()
+        .map(|s| match s {
+            Segment::Lit(t) => Piece::Lit(PyString::new(py, t)),
+            Segment::Col(c) => Piece::Col(c),
+        })
         .collect()
+}
+
+/// Whether a value contains `{` or `}`: through its UTF-8 form, which CPython keeps for ASCII
+/// strings at no cost (and caches once made for the others).
+fn has_brace(
+    v: &Bound<'_, PyString>,
+    braces: (&Bound<'_, PyString>, &Bound<'_, PyString>),
+) -> PyResult<bool> {
+    match v.to_str() {
+        Ok(s) => Ok(s.contains(['{', '}'])),
+        // a lone surrogate: ask Python
+        Err(_) => Ok(v.contains(braces.0)? || v.contains(braces.1)?),
+    }
+}
+
+/// Assemble one output from a program's pieces; `None` when a slot value contains a brace (the
+/// one-scan condition fails and the row is rendered in full).
+fn assemble<'py>(
+    join: &Bound<'py, PyAny>,
+    pieces: &[Piece<'py>],
+    cells: &[Bound<'py, PyString>],
+    mask: &Bound<'py, PyString>,
+    braces: (&Bound<'py, PyString>, &Bound<'py, PyString>),
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    for p in pieces {
+        if let Piece::Col(Some(i)) = p {
+            match cells.get(*i) {
+                Some(v) if !has_brace(v, braces)? => {}
+                _ => return Ok(None),
+            }
+        }
+    }
+    let parts = pieces.iter().map(|p| match p {
+        Piece::Lit(s) => s,
+        Piece::Col(None) => mask,
+        // checked above
+        Piece::Col(Some(i)) => cells.get(*i).unwrap_or(mask),
+    });
+    Ok(Some(join.call1((PyTuple::new(join.py(), parts)?,))?))
+}
+
+/// Converts core outputs to Python objects, sharing one string object per role name.
+struct OutputMaker<'py> {
+    py: Python<'py>,
+    ais_no_meta_api: bool,
+    prompt_list: Option<Bound<'py, PyAny>>,
+    roles: Vec<(String, Bound<'py, PyString>)>,
+}
+
+impl<'py> OutputMaker<'py> {
+    fn role(&mut self, name: &str) -> Bound<'py, PyString> {
+        if let Some((_, s)) = self.roles.iter().find(|(n, _)| n == name) {
+            return s.clone();
+        }
+        let s = PyString::new(self.py, name);
+        self.roles.push((name.to_owned(), s.clone()));
+        s
+    }
+
+    fn make(&mut self, out: Output) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        match out {
+            Output::Text(s) if self.ais_no_meta_api && s.is_empty() => {
+                Ok(PyList::empty(py).into_any())
+            }
+            Output::Text(s) => Ok(PyString::new(py, &s).into_any()),
+            Output::Messages(m) => {
+                let list = PyList::empty(py);
+                if let Some(b) = &m.begin {
+                    list.append(b)?;
+                }
+                for msg in &m.messages {
+                    let d = PyDict::new(py);
+                    d.set_item(pyo3::intern!(py, "role"), self.role(&msg.role))?;
+                    d.set_item(pyo3::intern!(py, "prompt"), &msg.prompt)?;
+                    list.append(d)?;
+                }
+                match &self.prompt_list {
+                    Some(cls) => cls.call1((list,)),
+                    None => Ok(list.into_any()),
+                }
+            }
+        }
+    }
 }
 
 /// Why the detached part failed.
@@ -77,40 +231,31 @@ impl From<promptweave_core::Error> for Failure {
     }
 }
 
-/// Build the Python value of one output.
-fn output_to_py(py: Python<'_>, out: Output, ais_no_meta_api: bool) -> PyResult<Bound<'_, PyAny>> {
-    match out {
-        Output::Text(s) if ais_no_meta_api && s.is_empty() => Ok(PyList::empty(py).into_any()),
-        Output::Text(s) => Ok(PyString::new(py, &s).into_any()),
-        Output::Messages(m) => {
-            let list = PyList::empty(py);
-            if let Some(b) = &m.begin {
-                list.append(b)?;
-            }
-            for msg in &m.messages {
-                let d = PyDict::new(py);
-                d.set_item(pyo3::intern!(py, "role"), &msg.role)?;
-                d.set_item(pyo3::intern!(py, "prompt"), &msg.prompt)?;
-                list.append(d)?;
-            }
-            Ok(list.into_any())
-        }
+fn failure_to_py(e: Failure) -> PyErr {
+    match e {
+        Failure::Core(e) => to_py_err(&e),
+        // a bug, never a user error: surface it as such instead of crashing the process
+        Failure::Panic => PyRuntimeError::new_err("promptweave: a rendering thread panicked"),
     }
 }
 
 /// Render every test row.
 ///
-/// Returns `(outputs, ignored_text_count)`: one output per row in gen mode, `len(labels)` per
-/// row (row-major) in ppl mode; each output is a `str`, or a list of `{'role', 'prompt'}` dicts
-/// for an API parser with a meta template.
+/// Returns one output per row: a `str`, a message list (built with `prompt_list` when given)
+/// for an API parser with a meta template, or in ppl mode a dict `label -> output` over
+/// `ppl_label_objects` (whose template bodies are `ppl_labels`).
 #[pyfunction]
 #[pyo3(signature = (
     template, ice_template, ice_labels, ice_separator, ice_eos_token, output_column,
     gen_field_replace_token, meta, api, aisbench, test_rows, train_rows, ice_indices,
-    ppl_labels, remain_sep, threads
+    ppl_labels, ppl_label_objects, remain_sep, prompt_list, threads
 ))]
 // one flat call keeps the binding thin; PyO3 extracts the lists by value
-#[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)]
+#[allow(
+    clippy::too_many_arguments,
+    clippy::needless_pass_by_value,
+    clippy::too_many_lines
+)]
 pub(crate) fn render_dataset<'py>(
     py: Python<'py>,
     template: &Bound<'py, PyCompiledTemplate>,
@@ -127,13 +272,16 @@ pub(crate) fn render_dataset<'py>(
     train_rows: &Bound<'py, PyList>,
     ice_indices: &Bound<'py, PyList>,
     ppl_labels: Option<Vec<usize>>,
+    ppl_label_objects: Option<&Bound<'py, PyList>>,
     remain_sep: bool,
+    prompt_list: Option<Bound<'py, PyAny>>,
     threads: usize,
 ) -> PyResult<Bound<'py, PyList>> {
-    let test = Columns::from_rows(test_rows)?;
-    let train = Columns::from_rows(train_rows)?;
-    let indices = extract_indices(ice_indices)?;
-    if indices.len() != test_rows.len() {
+    let test = Rows::from_list(test_rows)?;
+    let train = Rows::from_list(train_rows)?;
+    let groups = group_indices(ice_indices)?;
+    let rows = test_rows.len();
+    if groups.row_group.len() != rows {
         return Err(unsupported("one ICE index list per test row is needed"));
     }
     let flavor = if aisbench {
@@ -157,57 +305,151 @@ pub(crate) fn render_dataset<'py>(
         gen_field_replace_token,
         parser,
     };
-    let (test_names, test_cells) = (strs(&test.names), strs(&test.cells));
-    let (train_names, train_cells) = (strs(&train.names), strs(&train.cells));
-    let test_table =
-        Table::new(&test_names, &test_cells).ok_or_else(|| unsupported("ragged test table"))?;
-    let train_table =
-        Table::new(&train_names, &train_cells).ok_or_else(|| unsupported("ragged train table"))?;
     let task = match &ppl_labels {
         None => Task::Gen,
         Some(labels) => Task::Ppl { labels, remain_sep },
     };
-    let rows = test_table.rows();
-    let outputs = py.detach(|| -> Result<Vec<Output>, Failure> {
-        let groups = IceGroups::new(&indices);
-        let prepared = Prepared::new(&job, &test_table, &train_table, &groups, task)?;
-        let threads = threads.clamp(1, 16);
-        if threads == 1 || rows < 2 * threads {
-            return Ok(render_rows(
-                &job,
-                &test_table,
-                &groups,
-                &prepared,
-                task,
-                0..rows,
-            )?);
-        }
-        let chunk = rows.div_ceil(threads);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let range = (t * chunk).min(rows)..((t + 1) * chunk).min(rows);
-                    let (job, table, groups, prepared) = (&job, &test_table, &groups, &prepared);
-                    s.spawn(move || render_rows(job, table, groups, prepared, task, range))
-                })
-                .collect();
-            let mut all = Vec::with_capacity(rows);
-            for h in handles {
-                all.extend(h.join().map_err(|_| Failure::Panic)??);
+    let per_row = ppl_labels.as_ref().map_or(1, Vec::len);
+    let test_names = strs(&test.names);
+    let columns = Table::new(&test_names, &[]).ok_or_else(|| unsupported("test columns"))?;
+    let train_backed = train.backed(0..train_rows.len())?;
+    let (train_names, train_cells) = (strs(&train.names), strs(&train_backed));
+    let train_table =
+        Table::new(&train_names, &train_cells).ok_or_else(|| unsupported("ragged train table"))?;
+    let prepared = py
+        .detach(|| Prepared::new(&job, &columns, &train_table, &groups, task))
+        .map_err(|e| to_py_err(&e))?;
+
+    // rows whose group has a program: joined from Python string objects
+    let join = PyString::new(py, "").getattr(pyo3::intern!(py, "join"))?;
+    let mask = PyString::new(py, gen_field_replace_token);
+    let braces = (PyString::new(py, "{"), PyString::new(py, "}"));
+    let mut made: HashMap<(usize, usize), Vec<Piece<'py>>> = HashMap::new();
+    let mut outputs: Vec<Option<Bound<'py, PyAny>>> = vec![None; rows * per_row];
+    let mut pending: Vec<usize> = Vec::new();
+    for row in 0..rows {
+        let g = groups.row_group[row];
+        let mut complete = true;
+        for k in 0..per_row {
+            let Some(program) = prepared.program(g, k) else {
+                complete = false;
+                break;
+            };
+            let pcs = made.entry((g, k)).or_insert_with(|| pieces(py, program));
+            if let Some(out) = assemble(&join, pcs, test.row(row), &mask, (&braces.0, &braces.1))? {
+                outputs[row * per_row + k] = Some(out);
+            } else {
+                complete = false;
+                break;
             }
-            Ok(all)
-        })
-    });
-    let outputs = outputs.map_err(|e| match e {
-        Failure::Core(e) => to_py_err(&e),
-        // a bug, never a user error: surface it as such instead of crashing the process
-        Failure::Panic => PyRuntimeError::new_err("promptweave: a rendering thread panicked"),
-    })?;
-    let ais_no_meta_api = api && aisbench && meta.is_none();
+        }
+        if !complete {
+            pending.push(row);
+        }
+    }
+
+    // the other rows: rendered by the core with the interpreter released
+    if !pending.is_empty() {
+        let backed = test.backed(pending.iter().copied())?;
+        let cells = strs(&backed);
+        let table = Table::new(&test_names, &cells).ok_or_else(|| unsupported("ragged table"))?;
+        let row_group: Vec<usize> = pending.iter().map(|&r| groups.row_group[r]).collect();
+        let rendered = py
+            .detach(|| render_pending(&job, &table, &row_group, &prepared, task, threads))
+            .map_err(failure_to_py)?;
+        let mut maker = OutputMaker {
+            py,
+            ais_no_meta_api: api && aisbench && meta.is_none(),
+            prompt_list,
+            roles: Vec::new(),
+        };
+        let mut rendered = rendered.into_iter();
+        for &row in &pending {
+            for k in 0..per_row {
+                let out = rendered
+                    .next()
+                    .ok_or_else(|| unsupported("missing output"))?;
+                outputs[row * per_row + k] = Some(maker.make(out)?);
+            }
+        }
+    }
+
     let list = PyList::empty(py);
-    // consume the Rust strings as the Python ones are made: peak memory stays near 2x output
-    for out in outputs {
-        list.append(output_to_py(py, out, ais_no_meta_api)?)?;
+    let mut outputs = outputs.into_iter();
+    for _ in 0..rows {
+        match ppl_label_objects {
+            None => {
+                let out = outputs
+                    .next()
+                    .flatten()
+                    .ok_or_else(|| unsupported("missing output"))?;
+                list.append(out)?;
+            }
+            Some(labels) => {
+                let d = PyDict::new(py);
+                for label in labels.iter() {
+                    let out = outputs
+                        .next()
+                        .flatten()
+                        .ok_or_else(|| unsupported("missing output"))?;
+                    d.set_item(label, out)?;
+                }
+                list.append(d)?;
+            }
+        }
     }
     Ok(list)
+}
+
+/// Render the rows of `table` (row `j` uses ICE group `row_group[j]`), split over `threads`.
+fn render_pending(
+    job: &Job<'_>,
+    table: &Table<'_>,
+    row_group: &[usize],
+    prepared: &Prepared<'_>,
+    task: Task<'_>,
+    threads: usize,
+) -> Result<Vec<Output>, Failure> {
+    let rows = row_group.len();
+    let render = |range: std::ops::Range<usize>| -> Result<Vec<Output>, Failure> {
+        let mut out = Vec::new();
+        let mut views = HashMap::new();
+        for j in range {
+            let g = row_group[j];
+            let missing = promptweave_core::Error::LabelOutOfRange {
+                index: g,
+                count: rows,
+            };
+            let shared = prepared.ice(g).ok_or(Failure::Core(missing))?;
+            let ice = views.entry(g).or_insert_with(|| shared.view());
+            match task {
+                Task::Gen => out.push(job.gen_row(table, j, ice)?),
+                Task::Ppl { labels, remain_sep } => {
+                    for &label in labels {
+                        out.push(job.ppl_row(table, j, ice, label, remain_sep)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    };
+    let threads = threads.clamp(1, 16);
+    if threads == 1 || rows < 64 * threads {
+        return render(0..rows);
+    }
+    let chunk = rows.div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let range = (t * chunk).min(rows)..((t + 1) * chunk).min(rows);
+                let render = &render;
+                s.spawn(move || render(range))
+            })
+            .collect();
+        let mut all = Vec::with_capacity(rows);
+        for h in handles {
+            all.extend(h.join().map_err(|_| Failure::Panic)??);
+        }
+        Ok(all)
+    })
 }
