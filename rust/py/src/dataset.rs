@@ -88,6 +88,22 @@ impl<'py> Rows<'py> {
         }
         Ok(out)
     }
+
+    /// The UTF-8 text of every cell of the rows in `used`; other rows are left empty (the
+    /// core never reads them), so text it does not need is never converted.
+    fn backed_table(&self, used: &[bool]) -> PyResult<Vec<Option<PyBackedStr>>> {
+        let mut out = Vec::with_capacity(self.cells.len());
+        for (r, &is_used) in used.iter().enumerate() {
+            for cell in self.row(r) {
+                out.push(if is_used {
+                    Some(py_str(cell.as_any())?)
+                } else {
+                    None
+                });
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn strs(v: &[PyBackedStr]) -> Vec<&str> {
@@ -312,8 +328,18 @@ pub(crate) fn render_dataset<'py>(
     let per_row = ppl_labels.as_ref().map_or(1, Vec::len);
     let test_names = strs(&test.names);
     let columns = Table::new(&test_names, &[]).ok_or_else(|| unsupported("test columns"))?;
-    let train_backed = train.backed(0..train_rows.len())?;
-    let (train_names, train_cells) = (strs(&train.names), strs(&train_backed));
+    let mut used = vec![false; train_rows.len()];
+    for &i in groups.lists.iter().flatten() {
+        if let Some(u) = used.get_mut(i) {
+            *u = true;
+        }
+    }
+    let train_backed = train.backed_table(&used)?;
+    let train_cells: Vec<&str> = train_backed
+        .iter()
+        .map(|c| c.as_deref().unwrap_or(""))
+        .collect();
+    let train_names = strs(&train.names);
     let train_table =
         Table::new(&train_names, &train_cells).ok_or_else(|| unsupported("ragged train table"))?;
     let prepared = py
