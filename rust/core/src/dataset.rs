@@ -14,7 +14,7 @@ use crate::api::{ApiOutput, Flavor};
 use crate::error::{Error, Result};
 use crate::format::Entries;
 use crate::meta::{MetaTemplate, Mode};
-use crate::program::Program;
+use crate::program::Compiled;
 use crate::prompt::{Item, join_plain};
 use crate::splice::Ice;
 use crate::template::{PromptTemplate, Rendered};
@@ -291,7 +291,7 @@ pub enum Task<'a> {
 /// rows, their compiled output programs (one per label in ppl mode).
 pub struct Prepared<'a> {
     ices: Vec<IceValue<'a>>,
-    programs: Vec<Vec<Option<Program>>>,
+    programs: Vec<Vec<Option<Compiled>>>,
 }
 
 /// Rows sharing a group before its output is compiled into a program.
@@ -329,7 +329,7 @@ impl<'a> Prepared<'a> {
                     .iter()
                     .map(|&label| {
                         (n >= PROGRAM_MIN_ROWS)
-                            .then(|| Program::build(job, test.columns, ice, task, label))
+                            .then(|| Compiled::build(job, test.columns, ice, task, label))
                             .flatten()
                     })
                     .collect()
@@ -344,7 +344,7 @@ impl<'a> Prepared<'a> {
     }
 
     /// The program of `group` for the `k`-th label (0 in gen mode), if one was compiled.
-    pub fn program(&self, group: usize, k: usize) -> Option<&Program> {
+    pub fn program(&self, group: usize, k: usize) -> Option<&Compiled> {
         self.programs.get(group)?.get(k)?.as_ref()
     }
 }
@@ -375,11 +375,10 @@ pub fn render_rows(
         let g = *groups.row_group.get(row).ok_or(missing)?;
         let cells = test.cells(row);
         for (k, &label) in labels.iter().enumerate() {
-            let program = prepared
-                .programs
-                .get(g)
-                .and_then(|p| p.get(k))
-                .and_then(Option::as_ref);
+            let program = match prepared.program(g, k) {
+                Some(Compiled::Text(p)) => Some(p),
+                _ => None,
+            };
             if let Some(text) = program.and_then(|p| p.run(cells, mask)) {
                 out.push(Output::Text(text));
                 continue;

@@ -77,7 +77,7 @@ pub use error::{Error, Result};
 pub use format::{Entries, safe_format, single_pass_format};
 pub use markers::{ContentPart, Modality, parse_content, parse_content_strict, render_content};
 pub use meta::{MetaEntry, MetaTemplate, Mode, RoleSpec};
-pub use program::{Program, Segment};
+pub use program::{Compiled, Program, Segment};
 pub use prompt::{Item, Marker, Origin, Pos, RoleItem, RoleSpecItem, Section, join_plain};
 pub use splice::Ice;
 pub use template::{Body, Dialogue, PromptTemplate, Rendered, Substitution};

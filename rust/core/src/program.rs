@@ -89,7 +89,21 @@ fn parse(out: &str, (open, close): (char, char)) -> Program {
     Program { segs, literal_len }
 }
 
-impl Program {
+/// A compiled output: a text, or the messages of an API parser (roles fixed, prompts compiled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compiled {
+    /// a string output
+    Text(Program),
+    /// role messages, preceded by the meta `begin` string when it is truthy
+    Messages {
+        /// the meta `begin`
+        begin: Option<String>,
+        /// `(role, prompt program)` per message
+        messages: Vec<(String, Program)>,
+    },
+}
+
+impl Compiled {
     /// Compile the output of `task` (gen, or one ppl label) for the rows sharing `ice`;
     /// `None` where a program would not be provably equal to the full rendering.
     pub fn build(
@@ -98,7 +112,7 @@ impl Program {
         ice: &IceValue<'_>,
         task: Task<'_>,
         label: usize,
-    ) -> Option<Program> {
+    ) -> Option<Compiled> {
         if columns.iter().any(|c| c.contains(['{', '}'])) {
             return None;
         }
@@ -120,12 +134,13 @@ impl Program {
         if !texts_ok(&unformatted) {
             return None;
         }
+        // the no-meta join drops empty items: its structure depends on the values
         if matches!(unformatted, Rendered::List(_))
-            && matches!(job.parser, Parser::Lm(None) | Parser::Api(..))
+            && matches!(job.parser, Parser::Lm(None) | Parser::Api(None, _))
         {
             return None;
         }
-        let mut programs = MARKS.iter().map(|&marks| {
+        let mut compiled = MARKS.iter().map(|&marks| {
             let values: Vec<String> = (0..columns.len())
                 .map(|i| format!("{}{i}{}", marks.0, marks.1))
                 .collect();
@@ -143,14 +158,57 @@ impl Program {
                 }
                 Task::Ppl { remain_sep, .. } => job.ppl_entries(&e, ice, label, remain_sep),
             };
-            match out {
-                Ok(Output::Text(s)) => Some(parse(&s, marks)),
-                _ => None,
+            match out.ok()? {
+                Output::Text(s) => Some(Compiled::Text(parse(&s, marks))),
+                Output::Messages(m) => {
+                    let marked = |t: &str| t.contains([marks.0, marks.1]);
+                    // roles and the begin string must be literal text
+                    if m.begin.as_deref().is_some_and(marked)
+                        || m.messages.iter().any(|x| marked(&x.role))
+                    {
+                        return None;
+                    }
+                    let messages = m
+                        .messages
+                        .iter()
+                        .map(|x| (x.role.clone(), parse(&x.prompt, marks)))
+                        .collect();
+                    Some(Compiled::Messages {
+                        begin: m.begin,
+                        messages,
+                    })
+                }
             }
         });
-        let first = programs.next()??;
-        let second = programs.next()??;
+        let first = compiled.next()??;
+        let second = compiled.next()??;
         (first == second).then_some(first)
+    }
+}
+
+impl Program {
+    /// The literal text when the program has no slot (the same for every row).
+    pub fn literal(&self) -> Option<&str> {
+        match self.segs.as_slice() {
+            [] => Some(""),
+            [Seg::Lit(s)] => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Compile the output of `task` (gen, or one ppl label) for the rows sharing `ice`;
+    /// `None` where a program would not be provably equal to the full rendering.
+    pub fn build(
+        job: &Job<'_>,
+        columns: &[&str],
+        ice: &IceValue<'_>,
+        task: Task<'_>,
+        label: usize,
+    ) -> Option<Program> {
+        match Compiled::build(job, columns, ice, task, label)? {
+            Compiled::Text(p) => Some(p),
+            Compiled::Messages { .. } => None,
+        }
     }
 
     /// The program's pieces in order: literal text, or the column whose value goes there

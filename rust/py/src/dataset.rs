@@ -13,7 +13,7 @@ use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use promptweave_core::{
-    Flavor, IceGroups, Job, Output, Parser, Prepared, Program, Segment, Table, Task,
+    Compiled, Flavor, IceGroups, Job, Output, Parser, Prepared, Program, Segment, Table, Task,
 };
 
 use crate::convert::py_str;
@@ -141,14 +141,47 @@ enum Piece<'py> {
     Col(Option<usize>),
 }
 
-fn pieces<'py>(py: Python<'py>, program: &Program) -> Vec<Piece<'py>> {
-    program
-        .segments()
-        .map(|s| match s {
-            Segment::Lit(t) => Piece::Lit(PyString::new(py, t)),
-            Segment::Col(c) => Piece::Col(c),
-        })
-        .collect()
+/// A program's text: one shared string when it has no slot, else its pieces.
+enum Text<'py> {
+    Shared(Bound<'py, PyString>),
+    Pieces(Vec<Piece<'py>>),
+}
+
+/// A compiled output in Python objects.
+enum Made<'py> {
+    Text(Text<'py>),
+    Messages {
+        begin: Option<Bound<'py, PyString>>,
+        messages: Vec<(Bound<'py, PyString>, Text<'py>)>,
+    },
+}
+
+fn text<'py>(py: Python<'py>, program: &Program) -> Text<'py> {
+    if let Some(lit) = program.literal() {
+        return Text::Shared(PyString::new(py, lit));
+    }
+    Text::Pieces(
+        program
+            .segments()
+            .map(|s| match s {
+                Segment::Lit(t) => Piece::Lit(PyString::new(py, t)),
+                Segment::Col(c) => Piece::Col(c),
+            })
+            .collect(),
+    )
+}
+
+fn made<'py>(py: Python<'py>, compiled: &Compiled) -> Made<'py> {
+    match compiled {
+        Compiled::Text(p) => Made::Text(text(py, p)),
+        Compiled::Messages { begin, messages } => Made::Messages {
+            begin: begin.as_deref().map(|b| PyString::new(py, b)),
+            messages: messages
+                .iter()
+                .map(|(role, p)| (PyString::new(py, role), text(py, p)))
+                .collect(),
+        },
+    }
 }
 
 /// Whether a value contains `{` or `}`: through its UTF-8 form, which CPython keeps for ASCII
@@ -164,30 +197,87 @@ fn has_brace(
     }
 }
 
-/// Assemble one output from a program's pieces; `None` when a slot value contains a brace (the
-/// one-scan condition fails and the row is rendered in full).
-fn assemble<'py>(
-    join: &Bound<'py, PyAny>,
-    pieces: &[Piece<'py>],
-    cells: &[Bound<'py, PyString>],
-    mask: &Bound<'py, PyString>,
-    braces: (&Bound<'py, PyString>, &Bound<'py, PyString>),
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    for p in pieces {
-        if let Piece::Col(Some(i)) = p {
-            match cells.get(*i) {
-                Some(v) if !has_brace(v, braces)? => {}
-                _ => return Ok(None),
+/// What the program path needs per row.
+struct Assembler<'py> {
+    join: Bound<'py, PyAny>,
+    mask: Bound<'py, PyString>,
+    braces: (Bound<'py, PyString>, Bound<'py, PyString>),
+    prompt_list: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Assembler<'py> {
+    /// The slots' values are usable (no brace: the one-scan condition holds).
+    fn usable(&self, text: &Text<'py>, cells: &[Bound<'py, PyString>]) -> PyResult<bool> {
+        let Text::Pieces(pieces) = text else {
+            return Ok(true);
+        };
+        for p in pieces {
+            if let Piece::Col(Some(i)) = p {
+                match cells.get(*i) {
+                    Some(v) if !has_brace(v, (&self.braces.0, &self.braces.1))? => {}
+                    _ => return Ok(false),
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn text(
+        &self,
+        text: &Text<'py>,
+        cells: &[Bound<'py, PyString>],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match text {
+            Text::Shared(s) => Ok(s.clone().into_any()),
+            Text::Pieces(pieces) => {
+                let parts = pieces.iter().map(|p| match p {
+                    Piece::Lit(s) => s,
+                    Piece::Col(None) => &self.mask,
+                    // checked by `usable`
+                    Piece::Col(Some(i)) => cells.get(*i).unwrap_or(&self.mask),
+                });
+                self.join.call1((PyTuple::new(self.join.py(), parts)?,))
             }
         }
     }
-    let parts = pieces.iter().map(|p| match p {
-        Piece::Lit(s) => s,
-        Piece::Col(None) => mask,
-        // checked above
-        Piece::Col(Some(i)) => cells.get(*i).unwrap_or(mask),
-    });
-    Ok(Some(join.call1((PyTuple::new(join.py(), parts)?,))?))
+
+    /// One output from a compiled program; `None` when the row must be rendered in full.
+    fn assemble(
+        &self,
+        made: &Made<'py>,
+        cells: &[Bound<'py, PyString>],
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = self.join.py();
+        match made {
+            Made::Text(t) => {
+                if !self.usable(t, cells)? {
+                    return Ok(None);
+                }
+                self.text(t, cells).map(Some)
+            }
+            Made::Messages { begin, messages } => {
+                for (_, t) in messages {
+                    if !self.usable(t, cells)? {
+                        return Ok(None);
+                    }
+                }
+                let list = PyList::empty(py);
+                if let Some(b) = begin {
+                    list.append(b)?;
+                }
+                for (role, t) in messages {
+                    let d = PyDict::new(py);
+                    d.set_item(pyo3::intern!(py, "role"), role)?;
+                    d.set_item(pyo3::intern!(py, "prompt"), self.text(t, cells)?)?;
+                    list.append(d)?;
+                }
+                match &self.prompt_list {
+                    Some(cls) => cls.call1((list,)).map(Some),
+                    None => Ok(Some(list.into_any())),
+                }
+            }
+        }
+    }
 }
 
 /// Converts core outputs to Python objects, sharing one string object per role name.
@@ -347,10 +437,13 @@ pub(crate) fn render_dataset<'py>(
         .map_err(|e| to_py_err(&e))?;
 
     // rows whose group has a program: joined from Python string objects
-    let join = PyString::new(py, "").getattr(pyo3::intern!(py, "join"))?;
-    let mask = PyString::new(py, gen_field_replace_token);
-    let braces = (PyString::new(py, "{"), PyString::new(py, "}"));
-    let mut made: HashMap<(usize, usize), Vec<Piece<'py>>> = HashMap::new();
+    let assembler = Assembler {
+        join: PyString::new(py, "").getattr(pyo3::intern!(py, "join"))?,
+        mask: PyString::new(py, gen_field_replace_token),
+        braces: (PyString::new(py, "{"), PyString::new(py, "}")),
+        prompt_list: prompt_list.clone(),
+    };
+    let mut compiled: HashMap<(usize, usize), Made<'py>> = HashMap::new();
     let mut outputs: Vec<Option<Bound<'py, PyAny>>> = vec![None; rows * per_row];
     let mut pending: Vec<usize> = Vec::new();
     for row in 0..rows {
@@ -361,8 +454,8 @@ pub(crate) fn render_dataset<'py>(
                 complete = false;
                 break;
             };
-            let pcs = made.entry((g, k)).or_insert_with(|| pieces(py, program));
-            if let Some(out) = assemble(&join, pcs, test.row(row), &mask, (&braces.0, &braces.1))? {
+            let m = compiled.entry((g, k)).or_insert_with(|| made(py, program));
+            if let Some(out) = assembler.assemble(m, test.row(row))? {
                 outputs[row * per_row + k] = Some(out);
             } else {
                 complete = false;
