@@ -17,7 +17,7 @@ import gc
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
@@ -278,11 +278,15 @@ class DatasetRenderer:
             test_rows = test_rows[:limit]
         dataset = Dataset(test_rows, train_rows, self.input_columns, self.output_column)
         retriever = self._retriever(dataset)
-        # lists are passed on as they are (FixK hands every row the same list object)
-        if ice_indices is None:
+        # lists are passed on as they are (FixK hands every row the same list object); zero-shot
+        # rows share one empty list, so the job groups them at no cost
+        indices: list[list[int]]
+        if ice_indices is None and type(retriever).__name__ == "ZeroRetriever":
+            indices = [[]] * len(test_rows)
+        elif ice_indices is None:
             indices = list(retriever.retrieve())
         else:
-            indices = list(ice_indices)[: len(test_rows)]
+            indices = cast("list[list[int]]", list(ice_indices)[: len(test_rows)])
         if strict:
             self._missing_columns(test_rows, train_rows, indices, strict=True, uniform=False)
         labels = None
@@ -337,7 +341,7 @@ class DatasetRenderer:
                         )
                     missing[name] = missing.get(name, 0) + weight
 
-        slots = set(_SLOT.findall(_template_text(self.template.template)))
+        slots = _slots(self.template)
         if self.mode == "gen" and self.output_column is not None:
             slots.discard(self.output_column)
         if slots:
@@ -345,7 +349,7 @@ class DatasetRenderer:
             if uniform and test and missing:
                 missing = {k: v * len(test) for k, v in missing.items()}
         if self.ice_template is not None:
-            ice_slots = set(_SLOT.findall(_template_text(self.ice_template.template)))
+            ice_slots = _slots(self.ice_template)
             if ice_slots:
                 check(ice_slots, [(i, train[i]) for i in _used_rows(indices, len(train))], "train")
         return missing
@@ -521,6 +525,15 @@ class DatasetRenderer:
         if isinstance(parsed, list) and not isinstance(parsed, self._m.PromptList):
             return sum(counter(str(p)) for p in parsed)
         return counter(str(parsed))
+
+
+def _slots(template: Any) -> set[str]:
+    """The ``{name}`` placeholders of a template (computed once per template object)."""
+    cached: set[str] | None = getattr(template, "_pw_slots", None)
+    if cached is None:
+        cached = set(_SLOT.findall(_template_text(template.template)))
+        template._pw_slots = cached
+    return set(cached)
 
 
 def _used_rows(indices: Sequence[Sequence[int]], n: int) -> list[int]:
