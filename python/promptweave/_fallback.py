@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from promptweave._flavor import AISBENCH
@@ -854,6 +854,46 @@ class _Walker:
             )
         return merged
 
+    def walk_sections(
+        self,
+        prompt: list[Any],
+        mode: str,
+        on_text: Callable[[str], None],
+        on_round: Callable[[Any, dict[str, Any], bool], bool],
+        on_single: Callable[[Any, int, str], bool],
+    ) -> bool:
+        """The section walk both parsers share (spec 02 §2.4.1): texts where they are met,
+        each round of a round/ice section (with its updated role table and whether it is the
+        generation round), each item of a begin/end section. The callbacks return whether to go
+        on; the walk returns the same."""
+        generate = True
+        stack: list[tuple[Any, int]] = []
+        for i, item in enumerate(prompt):
+            if not generate:
+                break
+            if isinstance(item, str):
+                on_text(item)
+            elif _is_marker(item):
+                closed = self.check_marker(item, i, stack)
+                if closed is None or closed[0] not in ("round", "ice"):
+                    continue
+                name, start = closed
+                dialogue = prompt[start:i]
+                cuts = self.split_rounds(dialogue, start)
+                meta_round = self.meta_round()
+                last = len(cuts) - 2
+                for k in range(len(cuts) - 1):
+                    role_dict = self.update_role_dict(
+                        dialogue[cuts[k] : cuts[k + 1]], "prompt", start + cuts[k]
+                    )
+                    for_gen = mode == "gen" and k == last and name == "round"
+                    generate = on_round(meta_round, role_dict, for_gen)
+            elif not stack:
+                self.outside_section(item, i)
+            elif stack[-1][0] in ("begin", "end"):
+                generate = on_single(item, i, stack[-1][0])
+        return generate
+
     def check_marker(self, item: dict[str, Any], i: int, stack: list[tuple[Any, int]]) -> Any:
         """Handle a section marker; returns the closed section ``(name, start)`` or None."""
         api_code = _code(self.flavor, _MODEL_UNK) if self.api else None
@@ -995,40 +1035,20 @@ class _LMWalker(_Walker):
 
     def walk(self, prompt: list[Any], mode: str) -> str:
         out: list[str] = []
-        generate = True
-        stack: list[tuple[Any, int]] = []
-        for i, item in enumerate(prompt):
-            if not generate:
-                break
-            if isinstance(item, str):
-                out.append(item)
-            elif _is_marker(item):
-                closed = self.check_marker(item, i, stack)
-                if closed is None or closed[0] not in ("round", "ice"):
-                    continue
-                name, start = closed
-                dialogue = prompt[start:i]
-                cuts = self.split_rounds(dialogue, start)
-                meta_round = self.meta_round()
-                last = len(cuts) - 2
-                for k in range(len(cuts) - 1):
-                    role_dict = self.update_role_dict(
-                        dialogue[cuts[k] : cuts[k + 1]], "prompt", start + cuts[k]
-                    )
-                    text, generate = self.prompt2str(
-                        meta_round,
-                        role_dict,
-                        mode == "gen" and k == last and name == "round",
-                        "meta_template['round']",
-                    )
-                    out.append(text)
-            elif not stack:
-                self.outside_section(item, i)
-            elif stack[-1][0] in ("begin", "end"):
-                where = f"prompt[{i}]"
-                role_dict = self.update_role_dict(item, where)
-                text, generate = self.prompt2str(item, role_dict, False, where)
-                out.append(text)
+
+        def on_round(meta_round: Any, role_dict: dict[str, Any], for_gen: bool) -> bool:
+            text, go_on = self.prompt2str(meta_round, role_dict, for_gen, "meta_template['round']")
+            out.append(text)
+            return go_on
+
+        def on_single(item: Any, i: int, section: str) -> bool:
+            where = f"prompt[{i}]"
+            role_dict = self.update_role_dict(item, where)
+            text, go_on = self.prompt2str(item, role_dict, False, where)
+            out.append(text)
+            return go_on
+
+        generate = self.walk_sections(prompt, mode, out.append, on_round, on_single)
         body = "".join(out)
         begin = self.meta.get("begin", "")
         if not isinstance(begin, str):
@@ -1143,61 +1163,45 @@ class _APIWalker(_Walker):
     def walk(self, prompt: list[Any], mode: str) -> Any:
         pl_cls = self.p._prompt_list
         out: list[Any] = []
-        generate = True
-        stack: list[tuple[Any, int]] = []
         for_gen_mode = mode == "gen"
-        for i, item in enumerate(prompt):
-            if not generate:
-                break
-            if isinstance(item, str):
-                if item.strip():
-                    warnings.warn(API_STRING_WARNING, UserWarning, stacklevel=4)
-            elif _is_marker(item):
-                closed = self.check_marker(item, i, stack)
-                if closed is None or closed[0] not in ("round", "ice"):
-                    continue
-                name, start = closed
-                dialogue = prompt[start:i]
-                cuts = self.split_rounds(dialogue, start)
-                meta_round = self.meta_round()
-                last = len(cuts) - 2
-                for k in range(len(cuts) - 1):
-                    role_dict = self.update_role_dict(
-                        dialogue[cuts[k] : cuts[k + 1]], "prompt", start + cuts[k]
-                    )
-                    messages, generate = self.prompt2api(
-                        meta_round,
-                        role_dict,
-                        for_gen_mode and name == "round" and k == last,
-                        "meta_template['round']",
-                    )
-                    out.extend(messages)
-            elif not stack:
-                self.outside_section(item, i)
-            elif stack[-1][0] in ("begin", "end"):
-                where = f"prompt[{i}]"
-                role_dict = self.update_role_dict(item, where)
-                if isinstance(item, dict):
-                    message, generate = self.role2api(item, role_dict, for_gen_mode, where)
-                    if message is None:
-                        raise make_error(
-                            TemplateStructureError,
-                            f"{where} {item!r} in the {stack[-1][0]!r} section resolves to the "
-                            "meta template's generate role; in gen mode the API parser can only "
-                            "stop at the last round, not inside a begin/end section",
-                            compat=TypeError,
-                            path=where,
-                        )
-                    out.append(message)
-                else:
-                    self.prompt2api(item, role_dict, for_gen_mode, where)
+
+        def on_text(item: str) -> None:
+            if item.strip():
+                warnings.warn(API_STRING_WARNING, UserWarning, stacklevel=5)
+
+        def on_round(meta_round: Any, role_dict: dict[str, Any], for_gen: bool) -> bool:
+            messages, go_on = self.prompt2api(
+                meta_round, role_dict, for_gen, "meta_template['round']"
+            )
+            out.extend(messages)
+            return bool(go_on)
+
+        def on_single(item: Any, i: int, section: str) -> bool:
+            where = f"prompt[{i}]"
+            role_dict = self.update_role_dict(item, where)
+            if isinstance(item, dict):
+                message, _ = self.role2api(item, role_dict, for_gen_mode, where)
+                if message is None:
                     raise make_error(
                         TemplateStructureError,
-                        f"{where} is of type {_tname(item)} inside the {stack[-1][0]!r} section; "
-                        "the API parser needs each item of a begin/end section to be a role dict",
+                        f"{where} {item!r} in the {section!r} section resolves to the "
+                        "meta template's generate role; in gen mode the API parser can only "
+                        "stop at the last round, not inside a begin/end section",
                         compat=TypeError,
                         path=where,
                     )
+                out.append(message)
+                return True
+            self.prompt2api(item, role_dict, for_gen_mode, where)
+            raise make_error(
+                TemplateStructureError,
+                f"{where} is of type {_tname(item)} inside the {section!r} section; "
+                "the API parser needs each item of a begin/end section to be a role dict",
+                compat=TypeError,
+                path=where,
+            )
+
+        self.walk_sections(prompt, mode, on_text, on_round, on_single)
         if not out:
             raise make_error(
                 TemplateStructureError,
