@@ -170,3 +170,52 @@ def test_rows_with_different_columns_fall_back_exactly() -> None:
     fast, slow, rust_rows = both(renderer, test)
     assert fast == slow
     assert rust_rows == 0
+
+
+RAW_MSGS = [
+    {"role": "system", "content": "You are {who}."},
+    "</E>",
+    {"role": "user", "content": "Q: {question}"},
+    {"role": "assistant", "content": ""},
+]
+RAW_ICE = [
+    {"role": "user", "content": "Q: {question}"},
+    {"role": "assistant", "content": "{answer}"},
+]
+
+
+@pytest.mark.parametrize("retriever", [[0, 2], []])
+def test_raw_prompt_template_matches_reference(
+    reference: dict[str, Any], retriever: list[int]
+) -> None:
+    """OpenAI-style message templates go through the renderer (row by row) exactly as
+    OpenCompass's retriever + GenInferencer + API parser build them."""
+    import refload  # the `reference` fixture put it on sys.path
+
+    m = reference["oc"]
+    ice = {"type": "RawPromptTemplate", "messages": RAW_ICE} if retriever else None
+    infer = {
+        "ice_template": ice,
+        "prompt_template": {"type": "RawPromptTemplate", "messages": RAW_MSGS},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": retriever}
+        if retriever
+        else {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    data = [{"who": f"bot{i}", "question": f"q{i} {{who}}", "answer": f"a{i}"} for i in range(5)]
+    reader = {"input_columns": ["question"], "output_column": "answer"}
+    ours = pw.DatasetRenderer(infer, reader, None, api=True).render(data, data).prompts
+
+    ds = refload.make_dataset(m, data, data, ["question"], "answer")
+    pt = m.RawPromptTemplate(RAW_MSGS)
+    ice_t = m.RawPromptTemplate(RAW_ICE) if retriever else None
+    ret = m.FixKRetriever(ds, fix_id_list=retriever) if retriever else m.ZeroRetriever(ds)
+    parser = m.APITemplateParser(None)
+    expected = []
+    for i, idx in enumerate(ret.retrieve()):
+        ice_value = ret.generate_ice(idx, ice_template=ice_t)
+        prompt = ret.generate_prompt_for_generate_task(
+            i, ice_value, ice_template=ice_t, prompt_template=pt
+        )
+        expected.append(parser.parse_template(prompt, mode="gen"))
+    assert ours == expected

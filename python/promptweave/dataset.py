@@ -167,6 +167,13 @@ class DatasetRenderer:
         if not isinstance(cfg, Mapping):
             raise make_error(TemplateError, f"{what} must be a config dict, got {cfg!r}")
         name = _type_name(cfg.get("type")) or "PromptTemplate"
+        if name == "RawPromptTemplate" and self.flavor == OPENCOMPASS:
+            # OpenAI-style messages: rendered row by row by the mirrored class
+            return self._m.RawPromptTemplate(
+                cfg["messages"],
+                format_variables=cfg.get("format_variables", True),
+                ice_token=cfg.get("ice_token", "</E>"),
+            )
         if name != "PromptTemplate":
             raise make_error(
                 TemplateError, f"{what}: template type {name!r} is not supported by the renderer"
@@ -304,9 +311,13 @@ class DatasetRenderer:
     def _labels(self, test_rows: list[dict[str, Any]]) -> list[Any]:
         """``get_labels`` (spec 04 §4.2); the last rule keeps the reference's set order."""
         pt, it = self.prompt_template, self.ice_template
-        if pt is not None and isinstance(pt.template, dict):
+        if pt is not None and isinstance(getattr(pt, "template", None), dict):
             return list(pt.template.keys())
-        if it is not None and it.ice_token is not None and isinstance(it.template, dict):
+        if (
+            it is not None
+            and it.ice_token is not None
+            and isinstance(getattr(it, "template", None), dict)
+        ):
             return list(it.template.keys())
         col = self.output_column
         return list({row[col] for row in test_rows}) if col is not None else []
@@ -397,7 +408,8 @@ class DatasetRenderer:
         eos: str,
     ) -> list[Any] | None:
         t, it, parser = self.template, self.ice_template, self.parser
-        if t._compiled is None or (it is not None and it._compiled is None):
+        compiled = getattr(t, "_compiled", None)
+        if compiled is None or (it is not None and getattr(it, "_compiled", None) is None):
             return None
         meta = parser.meta_template
         if meta and parser._compiled is None:
@@ -468,6 +480,9 @@ class DatasetRenderer:
             return "" + eos
         col = self.output_column
         items = [it.generate_ice_item(train[i], train[i][col] if col else None) for i in idx]
+        if getattr(it, "prompt_type", None) == "raw_messages":
+            # message lists are concatenated, with no separator or eos (spec 04 §3)
+            return [message for messages in items for message in messages]
         if items and isinstance(items[0], list):
             acc: Any = []
             for ice in items:
@@ -531,7 +546,10 @@ def _slots(template: Any) -> set[str]:
     """The ``{name}`` placeholders of a template (computed once per template object)."""
     cached: set[str] | None = getattr(template, "_pw_slots", None)
     if cached is None:
-        cached = set(_SLOT.findall(_template_text(template.template)))
+        text = getattr(template, "template", None)
+        if text is None:  # RawPromptTemplate
+            text = getattr(template, "messages", "")
+        cached = set(_SLOT.findall(_template_text(text)))
         template._pw_slots = cached
     return set(cached)
 
