@@ -130,6 +130,14 @@ class DatasetRenderer:
         self.labels = list(labels) if labels is not None else None
         self.api = api
         self.meta_template = meta_template
+        if getattr(self.template, "prompt_type", None) == "raw_messages" and not api:
+            # the reference's LMTemplateParser fails on message lists with a bare AssertionError
+            raise make_error(
+                TemplateError,
+                "a RawPromptTemplate renders OpenAI-style messages, which only API / chat models "
+                "take: render with api=True (promptweave render --api)",
+                compat=AssertionError,
+            )
         parser_cls = self._m.APITemplateParser if api else self._m.LMTemplateParser
         self.parser = parser_cls(meta_template)
         self.gen_field_replace_token = gen_field_replace_token
