@@ -277,15 +277,16 @@ class PromptTemplate(BasePromptTemplate):
         ice_field_replace_token: Any = "",
     ) -> Any:
         """Render the generation prompt for ``entry``, the output column masked."""
-        if self._compiled is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
+        compiled = self._compiled
+        if compiled is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
             try:
-                return self._wrap(
-                    self._compiled.item(
-                        entry, output_field, output_field_replace_token, ice_field_replace_token
-                    )
+                out = compiled.item(
+                    entry, output_field, output_field_replace_token, ice_field_replace_token
                 )
             except _core.FallbackRequired:
                 pass
+            else:  # the hot path of zero-shot string templates: no extra call
+                return out if type(out) is str else self._prompt_list(out)
         _backend.note_fallback()
         return _fallback.generate_item(
             self, entry, output_field, output_field_replace_token, ice_field_replace_token

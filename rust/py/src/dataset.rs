@@ -18,17 +18,9 @@ use promptweave_core::{
 
 use crate::convert::py_str;
 use crate::errors::{to_py_err, unsupported};
+use crate::joined::{cell_str, has_brace};
 use crate::meta::PyMetaTemplate;
 use crate::template::PyCompiledTemplate;
-
-/// The `str()` of a cell as a Python string object (the value itself when it is a `str`).
-fn cell_str<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
-    if value.is_exact_instance_of::<PyString>() {
-        Ok(value.cast::<PyString>()?.clone())
-    } else {
-        value.str()
-    }
-}
 
 /// Rows of one split: column names and every cell's `str()` object, row-major. All rows must
 /// have the same keys in the same order (else the caller renders row by row).
@@ -184,37 +176,23 @@ fn made<'py>(py: Python<'py>, compiled: &Compiled) -> Made<'py> {
     }
 }
 
-/// Whether a value contains `{` or `}`: through its UTF-8 form, which CPython keeps for ASCII
-/// strings at no cost (and caches once made for the others).
-fn has_brace(
-    v: &Bound<'_, PyString>,
-    braces: (&Bound<'_, PyString>, &Bound<'_, PyString>),
-) -> PyResult<bool> {
-    match v.to_str() {
-        Ok(s) => Ok(s.contains(['{', '}'])),
-        // a lone surrogate: ask Python
-        Err(_) => Ok(v.contains(braces.0)? || v.contains(braces.1)?),
-    }
-}
-
 /// What the program path needs per row.
 struct Assembler<'py> {
     join: Bound<'py, PyAny>,
     mask: Bound<'py, PyString>,
-    braces: (Bound<'py, PyString>, Bound<'py, PyString>),
     prompt_list: Option<Bound<'py, PyAny>>,
 }
 
 impl<'py> Assembler<'py> {
     /// The slots' values are usable (no brace: the one-scan condition holds).
-    fn usable(&self, text: &Text<'py>, cells: &[Bound<'py, PyString>]) -> PyResult<bool> {
+    fn usable(text: &Text<'py>, cells: &[Bound<'py, PyString>]) -> PyResult<bool> {
         let Text::Pieces(pieces) = text else {
             return Ok(true);
         };
         for p in pieces {
             if let Piece::Col(Some(i)) = p {
                 match cells.get(*i) {
-                    Some(v) if !has_brace(v, (&self.braces.0, &self.braces.1))? => {}
+                    Some(v) if !has_brace(v)? => {}
                     _ => return Ok(false),
                 }
             }
@@ -250,14 +228,14 @@ impl<'py> Assembler<'py> {
         let py = self.join.py();
         match made {
             Made::Text(t) => {
-                if !self.usable(t, cells)? {
+                if !Self::usable(t, cells)? {
                     return Ok(None);
                 }
                 self.text(t, cells).map(Some)
             }
             Made::Messages { begin, messages } => {
                 for (_, t) in messages {
-                    if !self.usable(t, cells)? {
+                    if !Self::usable(t, cells)? {
                         return Ok(None);
                     }
                 }
@@ -440,7 +418,6 @@ pub(crate) fn render_dataset<'py>(
     let assembler = Assembler {
         join: PyString::new(py, "").getattr(pyo3::intern!(py, "join"))?,
         mask: PyString::new(py, gen_field_replace_token),
-        braces: (PyString::new(py, "{"), PyString::new(py, "}")),
         prompt_list: prompt_list.clone(),
     };
     let mut compiled: HashMap<(usize, usize), Made<'py>> = HashMap::new();

@@ -4,6 +4,7 @@ mod convert;
 mod dataset;
 mod errors;
 mod format;
+mod joined;
 mod markers;
 mod meta;
 mod template;

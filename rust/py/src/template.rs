@@ -7,6 +7,7 @@ use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Render
 
 use crate::convert::{InputItems, Raw, RowStrings, Sources, items_to_py, raw_item};
 use crate::errors::{to_py_err, unsupported};
+use crate::joined::JoinedTemplate;
 
 /// A compiled prompt template (string, dialogue or label dict).
 #[pyclass(frozen, name = "CompiledTemplate", module = "promptweave._core")]
@@ -14,6 +15,8 @@ pub(crate) struct PyCompiledTemplate {
     inner: PromptTemplate,
     sources: Vec<(Py<PyDict>, bool)>,
     has_ice_token: bool,
+    /// string templates without an ice token: `generate_item` joined from Python strings
+    joined: Option<JoinedTemplate>,
 }
 
 struct Compiler<'py> {
@@ -146,6 +149,19 @@ impl PyCompiledTemplate {
         } else {
             vec![c.body(template)?]
         };
+        // the reference deletes the sep token from the template before substituting
+        let joined = match (template.cast::<PyString>(), ice_token, single_pass) {
+            (Ok(t), None, false) if t.is_exact_instance_of::<PyString>() => {
+                t.to_str().ok().and_then(|t| {
+                    let t = match sep_token {
+                        Some(sep) if !sep.is_empty() => t.replace(sep, ""),
+                        _ => t.to_owned(),
+                    };
+                    JoinedTemplate::new(template.py(), &t)
+                })
+            }
+            _ => None,
+        };
         let substitution = if single_pass {
             Substitution::SinglePass
         } else {
@@ -160,6 +176,7 @@ impl PyCompiledTemplate {
             ),
             sources: c.sources,
             has_ice_token: ice_token.is_some(),
+            joined,
         })
     }
 
@@ -198,6 +215,11 @@ impl PyCompiledTemplate {
         output_field_replace_token: &Bound<'py, PyAny>,
         ice: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(joined) = &self.joined {
+            if let Some(out) = joined.render(entry, output_field, output_field_replace_token)? {
+                return Ok(out);
+            }
+        }
         let mut row = RowStrings::from_dict(entry)?;
         if let Some(field) = output_field {
             row.mask(field, output_field_replace_token)?;

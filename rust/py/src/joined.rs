@@ -1,0 +1,131 @@
+//! Outputs assembled from Python string objects with `str.join`, where that is provably the
+//! reference's result: the template's literal pieces (made once) and the row's own value
+//! objects, so nothing is copied through UTF-8 and no Rust string is made per call.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use promptweave_core::format::fast_condition;
+
+/// The `str()` of a value as a Python string object (the value itself when it is a `str`).
+pub(crate) fn cell_str<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    if value.is_exact_instance_of::<PyString>() {
+        Ok(value.cast::<PyString>()?.clone())
+    } else {
+        value.str()
+    }
+}
+
+/// Whether a string contains `{` or `}` (through its UTF-8 form, which CPython keeps for ASCII
+/// strings at no cost; a lone surrogate, which has none, is asked to Python).
+pub(crate) fn has_brace(v: &Bound<'_, PyString>) -> PyResult<bool> {
+    match v.to_str() {
+        Ok(s) => Ok(s.contains(['{', '}'])),
+        Err(_) => Ok(v.contains("{")? || v.contains("}")?),
+    }
+}
+
+/// One piece of a string template.
+enum Piece {
+    Lit(Py<PyString>),
+    /// a `{name}` slot: the name (as a Python and a Rust string), and the literal `{name}`
+    /// kept when the row lacks the key
+    Slot(Py<PyString>, String, Py<PyString>),
+}
+
+/// A string template split at its slots, for `generate_item` without in-context examples.
+///
+/// Valid because the template passes the one-scan condition: each `{name}` is an independent
+/// slot, filled with the row's value when the key exists and no key or used value contains a
+/// brace (checked per call; otherwise the caller renders in full).
+pub(crate) struct JoinedTemplate {
+    pieces: Vec<Piece>,
+    /// `''.join`, looked up once
+    join: Py<PyAny>,
+}
+
+impl JoinedTemplate {
+    /// `None` when the template does not pass the one-scan condition.
+    pub(crate) fn new(py: Python<'_>, template: &str) -> Option<Self> {
+        if !fast_condition(template) {
+            return None;
+        }
+        let join = PyString::new(py, "").getattr("join").ok()?.unbind();
+        let mut pieces = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}').map(|c| open + c) else {
+                break;
+            };
+            if open > 0 {
+                pieces.push(Piece::Lit(PyString::new(py, &rest[..open]).unbind()));
+            }
+            let name = &rest[open + 1..close];
+            pieces.push(Piece::Slot(
+                PyString::new(py, name).unbind(),
+                name.to_owned(),
+                PyString::new(py, &rest[open..=close]).unbind(),
+            ));
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Lit(PyString::new(py, rest).unbind()));
+        }
+        Some(Self { pieces, join })
+    }
+
+    /// The generation prompt of `entry` with `output_field` masked; `None` when the one-scan
+    /// condition fails for this row (a key or a used value with a brace, a non-str key).
+    pub(crate) fn render<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        output_field: Option<&Bound<'py, PyAny>>,
+        replace_token: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let py = entry.py();
+        for (key, _) in entry.iter() {
+            let Ok(key) = key.cast::<PyString>() else {
+                return Ok(None);
+            };
+            if !key.is_exact_instance_of::<PyString>() || has_brace(key)? {
+                return Ok(None);
+            }
+        }
+        let mask = match output_field {
+            None => None,
+            Some(field) => {
+                let Ok(field) = field.cast::<PyString>() else {
+                    return Ok(None);
+                };
+                let Ok(name) = field.to_str() else {
+                    return Ok(None);
+                };
+                if !field.is_exact_instance_of::<PyString>() || name.contains(['{', '}']) {
+                    return Ok(None);
+                }
+                Some((name, cell_str(replace_token)?))
+            }
+        };
+        let mut parts: Vec<Bound<'py, PyString>> = Vec::with_capacity(self.pieces.len());
+        for piece in &self.pieces {
+            match piece {
+                Piece::Lit(s) => parts.push(s.bind(py).clone()),
+                Piece::Slot(name, text, literal) => {
+                    let value = match &mask {
+                        Some((field, token)) if *field == text.as_str() => Some(token.clone()),
+                        _ => match entry.get_item(name.bind(py))? {
+                            Some(v) => Some(cell_str(&v)?),
+                            None => None,
+                        },
+                    };
+                    match value {
+                        Some(v) if has_brace(&v)? => return Ok(None),
+                        Some(v) => parts.push(v),
+                        None => parts.push(literal.bind(py).clone()),
+                    }
+                }
+            }
+        }
+        Ok(Some(self.join.bind(py).call1((PyTuple::new(py, parts)?,))?))
+    }
+}
