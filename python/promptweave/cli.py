@@ -411,6 +411,7 @@ def _prepare(
     mode: str | None,
     tokenizer: str | None = None,
     max_seq_len: int | None = None,
+    infer_mode: str | None = None,
     progress: _Progress | None = None,
 ) -> _Job:
     from promptweave.dataset import DatasetRenderer
@@ -437,6 +438,7 @@ def _prepare(
             mode=mode,
             max_seq_len=max_seq_len,
             token_counter=tok,
+            infer_mode=infer_mode,
         )
     return _Job(
         renderer,
@@ -558,7 +560,16 @@ def _records(
     for i, (prompt, ice) in enumerate(zip(result.prompts, result.ice_indices, strict=True)):
         if progress is not None and i and not i % 1024:
             progress(1024)
-        if result.mode == "ppl":
+        if getattr(result, "infer_mode", None) is not None:
+            # a multi-turn row: the model input of each request, in request order
+            yield {
+                "index": i,
+                "infer_mode": result.infer_mode,
+                "prompts": list(prompt),
+                "ice_indices": list(ice),
+                "sha256": [prompt_sha256(p) for p in prompt],
+            }
+        elif result.mode == "ppl":
             by_label = {str(label): p for label, p in prompt.items()}
             yield {
                 "index": i,
@@ -783,7 +794,9 @@ def _format_messages(
             lines.append(_ice_marker(ice))
         if span is not None and i == span[1]:
             lines.append(_end_marker())
-        role = message.get("role", "?") if isinstance(message, Mapping) else "?"
+        role = (
+            message.get("role", message.get("type", "?")) if isinstance(message, Mapping) else "?"
+        )
         content = _content(message)
         tag = f"[{role}]"
         if isinstance(content, str):
@@ -841,7 +854,14 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     for i, prompt in enumerate(result.prompts):
         ice = result.ice_indices[i]
         shots = f"{len(ice)} in-context example{'' if len(ice) == 1 else 's'} {list(ice)}"
-        if result.mode == "ppl":
+        if result.infer_mode is not None:
+            n_req = f"{len(prompt)} request{'' if len(prompt) == 1 else 's'} ({result.infer_mode})"
+            echo(_s(f"━━ row {i} · {n_req} ━━", "header"))
+            for k, p in enumerate(prompt):
+                body, span = _format_prompt(p, p, [], generate=True)
+                echo(_s(f"── request {k}{_tokens(p, p, job, span)} ──", "header"))
+                echo(body)
+        elif result.mode == "ppl":
             echo(_s(f"━━ row {i} · {shots} · {len(prompt)} labels ━━", "header"))
             for label, p in prompt.items():
                 z = zero.prompts[i].get(label)
@@ -908,6 +928,14 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Generation or perplexity prompts (default: from the inferencer).",
         ),
         click.option(
+            "--infer-mode",
+            type=click.Choice(["every_with_gt", "last", "every"]),
+            help="AISBench multi-turn (MultiTurnPromptTemplate) configs: which requests of "
+            "MultiTurnGenInferencer to render: every_with_gt (one per answer, gold answers in "
+            "the history) or last (the whole dialogue); default: the config's infer_mode. "
+            "'every' needs the model's replies and is refused.",
+        ),
+        click.option(
             "--strict",
             is_flag=True,
             help="A column the template uses but a row lacks is an error (default: a warning; "
@@ -959,6 +987,14 @@ def render(
     Each line is {"index", "prompt" (str, or message list with --api) or "prompts" (label ->
     prompt, ppl mode), "ice_indices", "sha256"}; sha256 is over the UTF-8 prompt, or over
     json.dumps(messages, ensure_ascii=False) for message lists.
+
+    \b
+    AISBench multimodal (MMPromptTemplate) rows: "prompt" as above (with --api, the message
+    prompt is the list of content parts).
+    AISBench multi-turn (MultiTurnPromptTemplate) rows:
+      {"index", "infer_mode", "prompts": [request 0 input, request 1 input, ...],
+       "ice_indices", "sha256": [one per request, as above]}
+    one model input per request MultiTurnGenInferencer sends for the row (--infer-mode).
     """
     with _Progress() as progress:
         job = _prepare(dataset_config, progress=progress, **kw)

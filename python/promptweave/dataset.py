@@ -9,6 +9,14 @@
 in-context examples rendered once. Inputs the Rust job does not take (``max_seq_len`` trimming,
 rows with differing columns, unusual values) go through the same steps row by row with the
 mirrored classes, which reproduce the reference exactly.
+
+AISBench-only templates are rendered row by row with the mirrored classes, as AISBench's
+inferencers drive them: an ``MMPromptTemplate`` (``GenInferencer``: ``generate_item`` then the
+model's ``parse_template(prompt, 'gen')``; an API parser gives messages whose prompt is the part
+list, the LM parser renders ``prompt_mm`` as an empty prompt, as the reference does) and a
+``MultiTurnPromptTemplate`` (``MultiTurnGenInferencer``: one model input per request of the row,
+for ``infer_mode`` ``'every_with_gt'`` or ``'last'``; ``'every'`` needs the model's replies, see
+:func:`promptweave.aisbench.multiturn_requests`).
 """
 
 from __future__ import annotations
@@ -21,12 +29,19 @@ from typing import Any, Literal, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
-from promptweave.errors import RetrieverError, TemplateError, make_error
+from promptweave.errors import ArgumentError, RetrieverError, TemplateError, make_error
 from promptweave.tokens import TokenCounter, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
 
 Mode = Literal["gen", "ppl"]
+Flow = Literal["multimodal", "multiturn"]
+#: AISBench-only template classes, rendered row by row: class name -> flow
+_AIS_FLOWS: dict[str, Flow] = {
+    "MMPromptTemplate": "multimodal",
+    "MultiTurnPromptTemplate": "multiturn",
+}
+_INFER_MODES = ("every", "last", "every_with_gt")
 _SLOT = re.compile(r"\{([^{}]*)\}")
 
 
@@ -58,6 +73,8 @@ class RenderResult:
     Attributes:
         prompts: per test row, the model input: a ``str`` (LM models), a ``PromptList`` of
             ``{'role', 'prompt'}`` messages (API models), or in ppl mode a dict label -> input.
+            For a ``MultiTurnPromptTemplate`` (AISBench): the list of the row's model inputs,
+            one per request ``MultiTurnGenInferencer`` sends in ``infer_mode``.
         ice_indices: per test row, the in-context example indices actually used (after any
             ``max_seq_len`` trimming).
         labels: the ppl labels (``None`` in gen mode).
@@ -65,6 +82,8 @@ class RenderResult:
         missing_columns: template placeholder -> number of rows that lack that column (the
             placeholder is left in the prompt, as the reference does).
         rust_rows: how many rows the Rust job rendered (the rest went row by row).
+        infer_mode: the multi-turn ``infer_mode`` the requests are of (``None`` for other
+            templates).
     """
 
     prompts: list[Any]
@@ -73,6 +92,7 @@ class RenderResult:
     mode: Mode
     missing_columns: dict[str, int] = field(default_factory=dict)
     rust_rows: int = 0
+    infer_mode: str | None = None
 
 
 class DatasetRenderer:
@@ -94,6 +114,12 @@ class DatasetRenderer:
         token_counter: a callable ``str -> int``, a ``tokenizers.Tokenizer`` or a tiktoken
             encoding.
         threads: rendering threads (default: 2 when the machine has 2+ cores).
+        infer_mode: for an AISBench ``MultiTurnPromptTemplate``: ``'every_with_gt'`` (one request
+            per answer slot, gold answers in the history) or ``'last'`` (one request, the whole
+            dialogue); default: the inferencer config's ``infer_mode``, else ``'every'`` (as
+            ``MultiTurnGenInferencer``). ``'every'`` is refused: its requests hold the model's
+            replies (use :func:`promptweave.aisbench.multiturn_requests` with ``generate=``).
+            Not used by other templates.
     """
 
     def __init__(
@@ -111,6 +137,7 @@ class DatasetRenderer:
         token_counter: Any = None,
         normalizing_str: str | None = None,
         threads: int | None = None,
+        infer_mode: str | None = None,
     ) -> None:
         if flavor not in (OPENCOMPASS, AISBENCH):
             raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
@@ -127,6 +154,16 @@ class DatasetRenderer:
         self.inferencer_cfg = dict(infer_cfg.get("inferencer") or {})
         self.mode: Mode = mode or self._mode_of(self.inferencer_cfg)
         self.template = self._final_template()
+        self.flow: Flow | None = self._flow_of(self.template)
+        self.infer_mode: str | None = None
+        if self.flow is not None and self.mode == "ppl":
+            raise make_error(
+                TemplateError,
+                f"a {type(self.template).__name__} builds generation prompts only; it cannot be "
+                "rendered in ppl mode",
+            )
+        if self.flow == "multiturn":
+            self.infer_mode = self._infer_mode(infer_mode)
         self.labels = list(labels) if labels is not None else None
         self.api = api
         self.meta_template = meta_template
@@ -172,9 +209,25 @@ class DatasetRenderer:
             return None
         if isinstance(cfg, self._m.PromptTemplate):
             return cfg
+        if self.flavor == AISBENCH and isinstance(
+            cfg, (self._m.MMPromptTemplate, self._m.MultiTurnPromptTemplate)
+        ):
+            return cfg
         if not isinstance(cfg, Mapping):
             raise make_error(TemplateError, f"{what} must be a config dict, got {cfg!r}")
         name = _type_name(cfg.get("type")) or "PromptTemplate"
+        if name in _AIS_FLOWS:
+            if self.flavor != AISBENCH:
+                raise make_error(
+                    TemplateError,
+                    f"{what}: {name} is an AISBench template; render with flavor='aisbench' "
+                    "(promptweave render --flavor aisbench)",
+                )
+            # rendered row by row by the mirrored class, as AISBench's inferencers do
+            cls = getattr(self._m, name)
+            return cls(
+                cfg["template"], ice_token=cfg.get("ice_token"), sep_token=cfg.get("sep_token")
+            )
         if name == "RawPromptTemplate" and self.flavor == OPENCOMPASS:
             # OpenAI-style messages: rendered row by row by the mirrored class
             return self._m.RawPromptTemplate(
@@ -189,6 +242,49 @@ class DatasetRenderer:
         return self._m.PromptTemplate(
             cfg["template"], ice_token=cfg.get("ice_token"), sep_token=cfg.get("sep_token")
         )
+
+    def _flow_of(self, template: Any) -> Flow | None:
+        if self.flavor != AISBENCH:
+            return None
+        if isinstance(template, self._m.MMPromptTemplate):
+            return "multimodal"
+        if isinstance(template, self._m.MultiTurnPromptTemplate):
+            return "multiturn"
+        return None
+
+    def _infer_mode(self, infer_mode: str | None) -> str:
+        """The ``MultiTurnGenInferencer`` mode: the argument, else the inferencer config's, else
+        the inferencer's default ``'every'``."""
+        mode = infer_mode if infer_mode is not None else self.inferencer_cfg.get("infer_mode")
+        if mode is None:
+            mode = "every"
+        if mode not in _INFER_MODES:
+            raise make_error(
+                ArgumentError,
+                "multiturn mode out of range. Multiturn dialogue infer model only supports every、"
+                f"last or every_with_gt, but got {mode}",
+                path="infer_mode",
+                code="ICLI-PARAM-002",
+            )
+        if mode == "every":
+            source = (
+                "given"
+                if infer_mode is not None
+                else "set by the inferencer config"
+                if "infer_mode" in self.inferencer_cfg
+                else "MultiTurnGenInferencer's default"
+            )
+            raise make_error(
+                ArgumentError,
+                f"infer_mode 'every' ({source}) sends the model's own replies back in each later "
+                "request, so its requests cannot be rendered without a model: render "
+                "infer_mode='every_with_gt' (gold answers in the history) or 'last' (promptweave "
+                "render --infer-mode ...), or drive the model with "
+                "promptweave.aisbench.multiturn_requests(template, row, "
+                "'every', parser, generate=...)",
+                path="infer_mode",
+            )
+        return str(mode)
 
     @staticmethod
     def _mode_of(inferencer_cfg: Mapping[str, Any]) -> Mode:
@@ -314,7 +410,9 @@ class DatasetRenderer:
         # the Rust job only takes rows that all have the same columns: one row tells for all
         uniform = rust_rows == len(test_rows)
         missing = self._missing_columns(test_rows, train_rows, indices, False, uniform)
-        return RenderResult(prompts, used, labels, self.mode, missing, rust_rows)
+        return RenderResult(
+            prompts, used, labels, self.mode, missing, rust_rows, infer_mode=self.infer_mode
+        )
 
     def _labels(self, test_rows: list[dict[str, Any]]) -> list[Any]:
         """``get_labels`` (spec 04 §4.2); the last rule keeps the reference's set order."""
@@ -360,9 +458,15 @@ class DatasetRenderer:
                         )
                     missing[name] = missing.get(name, 0) + weight
 
-        slots = _slots(self.template)
-        if self.mode == "gen" and self.output_column is not None:
-            slots.discard(self.output_column)
+        if self.flow == "multimodal":
+            # the parts come from the row's tagged content string, whatever the placeholders
+            slots = {str(getattr(self.template, "content_field", "content"))}
+        elif self.flow == "multiturn":
+            slots = {"question", "answer"}  # every answer is present (no output masking)
+        else:
+            slots = _slots(self.template)
+            if self.mode == "gen" and self.output_column is not None:
+                slots.discard(self.output_column)
         if slots:
             check(slots, list(enumerate(test[:1] if uniform else test)), "test")
             if uniform and test and missing:
@@ -384,7 +488,7 @@ class DatasetRenderer:
         eos: str,
         progress: Callable[[int], None] | None,
     ) -> tuple[list[Any], list[list[int]], int]:
-        if self.max_seq_len is None and not _backend.FORCE_PYTHON:
+        if self.max_seq_len is None and not _backend.FORCE_PYTHON and self.flow is None:
             out = self._render_rust(test, train, indices, labels, sep, eos)
             if out is not None:
                 if progress is not None:
@@ -519,6 +623,8 @@ class DatasetRenderer:
                     output_field_replace_token=self.gen_field_replace_token,
                     ice_field_replace_token=ice,
                 )
+                if self.flow == "multiturn":
+                    return self._multiturn_inputs(prompt)
                 return self.parser.parse_template(prompt, mode="gen")
 
             out = build(idx)
@@ -541,6 +647,14 @@ class DatasetRenderer:
                 out = build_label(idx)
             result[label] = out
         return result, idx
+
+    def _multiturn_inputs(self, prompt: Any) -> list[Any]:
+        """The model inputs of the requests ``MultiTurnGenInferencer`` sends for one row."""
+        from promptweave.multiturn import multiturn_prompt_requests
+
+        assert self.infer_mode is not None
+        requests = multiturn_prompt_requests(prompt, self.infer_mode, self.parser)
+        return [request.model_input for request in requests]
 
     def _count(self, parsed: Any) -> int:
         counter = self.token_counter
