@@ -20,7 +20,8 @@ pub struct Entries<'a> {
     key_brace: bool,
 }
 
-fn has_brace(s: &str) -> bool {
+/// Whether `s` contains `{` or `}` (a vectorised scan).
+pub fn has_brace(s: &str) -> bool {
     memchr2(b'{', b'}', s.as_bytes()).is_some()
 }
 

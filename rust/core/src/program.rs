@@ -17,7 +17,7 @@
 //!   is detected and the program refused.
 
 use crate::dataset::{IceValue, Job, Output, Parser, Task};
-use crate::format::{Entries, fast_condition};
+use crate::format::{Entries, fast_condition, has_brace};
 use crate::prompt::Item;
 use crate::template::Rendered;
 
@@ -113,11 +113,11 @@ impl Compiled {
         task: Task<'_>,
         label: usize,
     ) -> Option<Compiled> {
-        if columns.iter().any(|c| c.contains(['{', '}'])) {
+        if columns.iter().any(|c| has_brace(c)) {
             return None;
         }
         if let (Task::Gen, Some(_)) = (task, job.output_column) {
-            if job.gen_field_replace_token.contains(['{', '}']) {
+            if has_brace(job.gen_field_replace_token) {
                 return None;
             }
         }
@@ -229,7 +229,7 @@ impl Program {
         for seg in &self.segs {
             if let Seg::Col(i) = seg {
                 let v = if *i == MASK { mask } else { cells.get(*i)? };
-                if v.contains(['{', '}']) {
+                if has_brace(v) {
                     return None;
                 }
                 len += v.len();

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
-use promptweave_core::format::fast_condition;
+use promptweave_core::format::{fast_condition, has_brace as brace_in};
 
 /// The `str()` of a value as a Python string object (the value itself when it is a `str`).
 pub(crate) fn cell_str<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
@@ -20,7 +20,7 @@ pub(crate) fn cell_str<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Py
 /// strings at no cost; a lone surrogate, which has none, is asked to Python).
 pub(crate) fn has_brace(v: &Bound<'_, PyString>) -> PyResult<bool> {
     match v.to_str() {
-        Ok(s) => Ok(s.contains(['{', '}'])),
+        Ok(s) => Ok(brace_in(s)),
         Err(_) => Ok(v.contains("{")? || v.contains("}")?),
     }
 }
@@ -100,7 +100,7 @@ impl JoinedTemplate {
                 let Ok(name) = field.to_str() else {
                     return Ok(None);
                 };
-                if !field.is_exact_instance_of::<PyString>() || name.contains(['{', '}']) {
+                if !field.is_exact_instance_of::<PyString>() || brace_in(name) {
                     return Ok(None);
                 }
                 Some((name, cell_str(replace_token)?))
