@@ -299,3 +299,73 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod ppl_tests {
+    use super::*;
+    use crate::dataset::{IceGroups, Job, Parser, Prepared, Table, Task};
+    use crate::meta::{MetaTemplate, RoleSpec};
+    use crate::prompt::{Item, RoleItem};
+    use crate::template::{Body, Dialogue, PromptTemplate, Substitution};
+    use std::borrow::Cow;
+
+    fn body(answer: &str) -> Body {
+        Body::Dialogue(Dialogue::new(
+            Some(vec![Item::Text(Cow::Borrowed("</E>"))]),
+            Some(vec![
+                Item::Role(RoleItem::new("HUMAN", Some("Q: {q}"))),
+                Item::Role(RoleItem::new("BOT", Some(answer))),
+            ]),
+            None,
+        ))
+    }
+
+    #[test]
+    fn label_dict_of_dialogues_compiles_per_label() {
+        let t = PromptTemplate::new(
+            vec![body("Answer: A"), body("Answer: B")],
+            Some("</E>".into()),
+            None,
+            Substitution::Compat,
+        );
+        let meta = MetaTemplate::new(
+            vec![
+                RoleSpec::new("HUMAN").begin("<H>").end("</H>").into(),
+                RoleSpec::new("BOT")
+                    .begin("<B>")
+                    .end("</B>")
+                    .generate(true)
+                    .into(),
+            ],
+            vec![],
+            None,
+            None,
+        )
+        .unwrap();
+        let cols = ["q", "a"];
+        let train_cells = ["x", "A", "y", "B"];
+        let train = Table::new(&cols, &train_cells).unwrap();
+        let test = Table::new(&cols, &[]).unwrap();
+        let job = Job {
+            template: &t,
+            ice_template: Some(&t),
+            ice_labels: &[0, 1],
+            ice_separator: "\n",
+            ice_eos_token: "\n",
+            output_column: Some("a"),
+            gen_field_replace_token: "",
+            parser: Parser::Lm(Some(&meta)),
+        };
+        let groups = IceGroups {
+            lists: vec![vec![0, 1]],
+            row_group: vec![0; 5],
+        };
+        let task = Task::Ppl {
+            labels: &[0, 1],
+            remain_sep: false,
+        };
+        let prepared = Prepared::new(&job, &test, &train, &groups, task).unwrap();
+        assert!(prepared.program(0, 0).is_some(), "label 0 compiled");
+        assert!(prepared.program(0, 1).is_some(), "label 1 compiled");
+    }
+}
