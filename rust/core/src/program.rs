@@ -302,7 +302,6 @@ mod tests {
 
 #[cfg(test)]
 mod ppl_tests {
-    use super::*;
     use crate::dataset::{IceGroups, Job, Parser, Prepared, Table, Task};
     use crate::meta::{MetaTemplate, RoleSpec};
     use crate::prompt::{Item, RoleItem};
