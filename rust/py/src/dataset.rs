@@ -26,7 +26,8 @@ use crate::template::PyCompiledTemplate;
 /// have the same keys in the same order (else the caller renders row by row).
 struct Rows<'py> {
     names: Vec<PyBackedStr>,
-    cells: Vec<Bound<'py, PyString>>,
+    /// the raw values: `str()` is taken only where a value is used
+    cells: Vec<Bound<'py, PyAny>>,
 }
 
 impl<'py> Rows<'py> {
@@ -55,7 +56,7 @@ impl<'py> Rows<'py> {
                 if !k.is(&keys[i]) && !k.eq(&keys[i])? {
                     return Err(unsupported("rows with different columns"));
                 }
-                cells.push(cell_str(&v)?);
+                cells.push(v);
             }
         }
         Ok(Self { names, cells })
@@ -65,7 +66,7 @@ impl<'py> Rows<'py> {
         self.names.len()
     }
 
-    fn row(&self, row: usize) -> &[Bound<'py, PyString>] {
+    fn row(&self, row: usize) -> &[Bound<'py, PyAny>] {
         let n = self.width();
         self.cells.get(row * n..row * n + n).unwrap_or(&[])
     }
@@ -75,7 +76,7 @@ impl<'py> Rows<'py> {
         let mut out = Vec::new();
         for r in rows {
             for cell in self.row(r) {
-                out.push(py_str(cell.as_any())?);
+                out.push(py_str(cell)?);
             }
         }
         Ok(out)
@@ -87,11 +88,7 @@ impl<'py> Rows<'py> {
         let mut out = Vec::with_capacity(self.cells.len());
         for (r, &is_used) in used.iter().enumerate() {
             for cell in self.row(r) {
-                out.push(if is_used {
-                    Some(py_str(cell.as_any())?)
-                } else {
-                    None
-                });
+                out.push(if is_used { Some(py_str(cell)?) } else { None });
             }
         }
         Ok(out)
@@ -184,16 +181,28 @@ struct Assembler<'py> {
 }
 
 impl<'py> Assembler<'py> {
-    /// The slots' values are usable (no brace: the one-scan condition holds).
-    fn usable(text: &Text<'py>, cells: &[Bound<'py, PyString>]) -> PyResult<bool> {
+    /// Take the `str()` of the values the slots use (into `cells`, once per row) and check
+    /// them: `false` when one has a brace (the one-scan condition fails).
+    fn usable(
+        text: &Text<'py>,
+        raw: &[Bound<'py, PyAny>],
+        cells: &mut [Option<Bound<'py, PyString>>],
+    ) -> PyResult<bool> {
         let Text::Pieces(pieces) = text else {
             return Ok(true);
         };
         for p in pieces {
             if let Piece::Col(Some(i)) = p {
-                match cells.get(*i) {
-                    Some(v) if !has_brace(v)? => {}
-                    _ => return Ok(false),
+                let (Some(value), Some(slot)) = (raw.get(*i), cells.get_mut(*i)) else {
+                    return Ok(false);
+                };
+                if slot.is_none() {
+                    *slot = Some(cell_str(value)?);
+                }
+                if let Some(v) = slot {
+                    if has_brace(v)? {
+                        return Ok(false);
+                    }
                 }
             }
         }
@@ -203,7 +212,7 @@ impl<'py> Assembler<'py> {
     fn text(
         &self,
         text: &Text<'py>,
-        cells: &[Bound<'py, PyString>],
+        cells: &[Option<Bound<'py, PyString>>],
     ) -> PyResult<Bound<'py, PyAny>> {
         match text {
             Text::Shared(s) => Ok(s.clone().into_any()),
@@ -211,8 +220,10 @@ impl<'py> Assembler<'py> {
                 let parts = pieces.iter().map(|p| match p {
                     Piece::Lit(s) => s,
                     Piece::Col(None) => &self.mask,
-                    // checked by `usable`
-                    Piece::Col(Some(i)) => cells.get(*i).unwrap_or(&self.mask),
+                    // filled and checked by `usable`
+                    Piece::Col(Some(i)) => {
+                        cells.get(*i).and_then(Option::as_ref).unwrap_or(&self.mask)
+                    }
                 });
                 self.join.call1((PyTuple::new(self.join.py(), parts)?,))
             }
@@ -223,19 +234,20 @@ impl<'py> Assembler<'py> {
     fn assemble(
         &self,
         made: &Made<'py>,
-        cells: &[Bound<'py, PyString>],
+        raw: &[Bound<'py, PyAny>],
+        cells: &mut [Option<Bound<'py, PyString>>],
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = self.join.py();
         match made {
             Made::Text(t) => {
-                if !Self::usable(t, cells)? {
+                if !Self::usable(t, raw, cells)? {
                     return Ok(None);
                 }
                 self.text(t, cells).map(Some)
             }
             Made::Messages { begin, messages } => {
                 for (_, t) in messages {
-                    if !Self::usable(t, cells)? {
+                    if !Self::usable(t, raw, cells)? {
                         return Ok(None);
                     }
                 }
@@ -423,16 +435,19 @@ pub(crate) fn render_dataset<'py>(
     let mut compiled: HashMap<(usize, usize), Made<'py>> = HashMap::new();
     let mut outputs: Vec<Option<Bound<'py, PyAny>>> = vec![None; rows * per_row];
     let mut pending: Vec<usize> = Vec::new();
+    let mut cells: Vec<Option<Bound<'py, PyString>>> = Vec::new();
     for row in 0..rows {
         let g = groups.row_group[row];
         let mut complete = true;
+        cells.clear();
+        cells.resize(test.width(), None);
         for k in 0..per_row {
             let Some(program) = prepared.program(g, k) else {
                 complete = false;
                 break;
             };
             let m = compiled.entry((g, k)).or_insert_with(|| made(py, program));
-            if let Some(out) = assembler.assemble(m, test.row(row))? {
+            if let Some(out) = assembler.assemble(m, test.row(row), &mut cells)? {
                 outputs[row * per_row + k] = Some(out);
             } else {
                 complete = false;
