@@ -29,7 +29,7 @@ from typing import Any, Literal, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
-from promptweave.errors import ArgumentError, RetrieverError, TemplateError, make_error
+from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.tokens import TokenCounter, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
@@ -403,9 +403,8 @@ class DatasetRenderer:
         labels = None
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
-        sep, eos = self._separators(retriever)
         prompts, used, rust_rows = self._render_rows(
-            test_rows, train_rows, indices, labels, sep, eos, progress
+            test_rows, train_rows, indices, labels, retriever, progress
         )
         # the Rust job only takes rows that all have the same columns: one row tells for all
         uniform = rust_rows == len(test_rows)
@@ -484,11 +483,11 @@ class DatasetRenderer:
         train: list[dict[str, Any]],
         indices: list[list[int]],
         labels: list[Any] | None,
-        sep: str,
-        eos: str,
+        retriever: Any,
         progress: Callable[[int], None] | None,
     ) -> tuple[list[Any], list[list[int]], int]:
         if self.max_seq_len is None and not _backend.FORCE_PYTHON and self.flow is None:
+            sep, eos = self._separators(retriever)
             out = self._render_rust(test, train, indices, labels, sep, eos)
             if out is not None:
                 if progress is not None:
@@ -499,7 +498,7 @@ class DatasetRenderer:
         used: list[list[int]] = []
         for i, row in enumerate(test):
             try:
-                prompt, idx = self._render_one(row, train, indices[i], labels, sep, eos)
+                prompt, idx = self._render_one(row, retriever, indices[i], labels)
             except Exception as exc:
                 if hasattr(exc, "add_note"):  # Python 3.11+
                     exc.add_note(f"while rendering test row {i}")
@@ -577,46 +576,16 @@ class DatasetRenderer:
             out[i] = label if label is not None else 0
         return out
 
-    def _generate_ice(self, train: list[dict[str, Any]], idx: list[int], sep: str, eos: str) -> Any:
-        """``generate_ice`` (spec 04 §3)."""
-        it = self.ice_template
-        if it is None:
-            if idx:
-                raise make_error(
-                    RetrieverError,
-                    "You have not specified ice_template while retrieving examples from train "
-                    "set! Please either specify ice_template or use `ZeroRetriever`.",
-                    compat=AssertionError,
-                    code="ICLR-PARAM-002" if self.flavor == AISBENCH else None,
-                )
-            return "" + eos
-        col = self.output_column
-        items = [it.generate_ice_item(train[i], train[i][col] if col else None) for i in idx]
-        if getattr(it, "prompt_type", None) == "raw_messages":
-            # message lists are concatenated, with no separator or eos (spec 04 §3)
-            return [message for messages in items for message in messages]
-        if items and isinstance(items[0], list):
-            acc: Any = []
-            for ice in items:
-                acc += ice + sep
-            acc.append(eos)
-            return acc
-        return sep.join(items) + eos
-
     def _render_one(
-        self,
-        row: dict[str, Any],
-        train: list[dict[str, Any]],
-        idx: list[int],
-        labels: list[Any] | None,
-        sep: str,
-        eos: str,
+        self, row: dict[str, Any], retriever: Any, idx: list[int], labels: list[Any] | None
     ) -> tuple[Any, list[int]]:
+        """One row through the mirrored classes: the retriever's ``generate_ice`` (spec 04 §3),
+        the template, the parser; ``max_seq_len`` trimming as OpenCompass's inferencers."""
         idx = list(idx)
         if labels is None:
 
             def build(ids: list[int]) -> Any:
-                ice = self._generate_ice(train, ids, sep, eos)
+                ice = retriever._generate_ice(ids, self.ice_template)
                 prompt = self.template.generate_item(
                     row,
                     output_field=self.output_column,
@@ -637,7 +606,7 @@ class DatasetRenderer:
         for label in labels:
             # OpenCompass trims in place: later labels start from the trimmed examples
             def build_label(ids: list[int], label: Any = label) -> Any:
-                ice = self._generate_ice(train, ids, sep, eos)
+                ice = retriever._generate_ice(ids, self.ice_template)
                 prompt = self.template.generate_label_prompt_item(row, ice, label, remain)
                 return self.parser.parse_template(prompt, mode="ppl")
 
