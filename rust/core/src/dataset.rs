@@ -400,7 +400,7 @@ pub fn render_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::RoleSpec;
+    use crate::meta::tests::meta_hb;
     use crate::prompt::RoleItem;
     use crate::template::{Body, Dialogue, Substitution};
 
@@ -425,20 +425,7 @@ mod tests {
             None,
             Substitution::Compat,
         );
-        let meta = MetaTemplate::new(
-            vec![
-                RoleSpec::new("HUMAN").begin("<H>").end("</H>").into(),
-                RoleSpec::new("BOT")
-                    .begin("<B>")
-                    .end("</B>")
-                    .generate(true)
-                    .into(),
-            ],
-            vec![],
-            None,
-            None,
-        )
-        .unwrap();
+        let meta = meta_hb();
         let cols = ["question", "answer"];
         let train_cells = ["2+2=?", "4", "3+3=?", "6"];
         let test_cells = ["1+1=?", "2"];

@@ -412,11 +412,12 @@ fn estimate(items: &[Item<'_>]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::prompt::Marker;
 
-    fn meta_hb() -> MetaTemplate {
+    /// `<H>…</H><B>…</B>` with BOT as the generate role: the test fixture of the walks.
+    pub(crate) fn meta_hb() -> MetaTemplate {
         MetaTemplate::new(
             vec![
                 RoleSpec::new("HUMAN").begin("<H>").end("</H>").into(),

@@ -303,7 +303,7 @@ mod tests {
 #[cfg(test)]
 mod ppl_tests {
     use crate::dataset::{IceGroups, Job, Parser, Prepared, Table, Task};
-    use crate::meta::{MetaTemplate, RoleSpec};
+    use crate::meta::tests::meta_hb;
     use crate::prompt::{Item, RoleItem};
     use crate::template::{Body, Dialogue, PromptTemplate, Substitution};
     use std::borrow::Cow;
@@ -327,20 +327,7 @@ mod ppl_tests {
             None,
             Substitution::Compat,
         );
-        let meta = MetaTemplate::new(
-            vec![
-                RoleSpec::new("HUMAN").begin("<H>").end("</H>").into(),
-                RoleSpec::new("BOT")
-                    .begin("<B>")
-                    .end("</B>")
-                    .generate(true)
-                    .into(),
-            ],
-            vec![],
-            None,
-            None,
-        )
-        .unwrap();
+        let meta = meta_hb();
         let cols = ["q", "a"];
         let train_cells = ["x", "A", "y", "B"];
         let train = Table::new(&cols, &train_cells).unwrap();
