@@ -349,12 +349,12 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Render rows `range` of `test` (outputs row-major: one per row in gen mode, one per label
-/// per row in ppl mode).
+/// Render rows `range` of `test`, row `r` using ICE group `row_group[r]` (outputs row-major:
+/// one per row in gen mode, one per label per row in ppl mode).
 pub fn render_rows(
     job: &Job<'_>,
     test: &Table<'_>,
-    groups: &IceGroups,
+    row_group: &[usize],
     prepared: &Prepared<'_>,
     task: Task<'_>,
     range: std::ops::Range<usize>,
@@ -370,9 +370,9 @@ pub fn render_rows(
     for row in range {
         let missing = Error::LabelOutOfRange {
             index: row,
-            count: groups.row_group.len(),
+            count: row_group.len(),
         };
-        let g = *groups.row_group.get(row).ok_or(missing)?;
+        let g = *row_group.get(row).ok_or(missing)?;
         let cells = test.cells(row);
         for (k, &label) in labels.iter().enumerate() {
             let program = match prepared.program(g, k) {
@@ -443,7 +443,7 @@ mod tests {
         };
         let groups = IceGroups::new(&[vec![0, 1]]);
         let prepared = Prepared::new(&job, &test, &train, &groups, Task::Gen).unwrap();
-        let out = render_rows(&job, &test, &groups, &prepared, Task::Gen, 0..1).unwrap();
+        let out = render_rows(&job, &test, &groups.row_group, &prepared, Task::Gen, 0..1).unwrap();
         assert_eq!(
             out,
             vec![Output::Text(

@@ -14,6 +14,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use promptweave_core::{
     Compiled, Flavor, IceGroups, Job, Output, Parser, Prepared, Program, Segment, Table, Task,
+    render_rows,
 };
 
 use crate::convert::py_str;
@@ -523,26 +524,7 @@ fn render_pending(
 ) -> Result<Vec<Output>, Failure> {
     let rows = row_group.len();
     let render = |range: std::ops::Range<usize>| -> Result<Vec<Output>, Failure> {
-        let mut out = Vec::new();
-        let mut views = HashMap::new();
-        for j in range {
-            let g = row_group[j];
-            let missing = promptweave_core::Error::LabelOutOfRange {
-                index: g,
-                count: rows,
-            };
-            let shared = prepared.ice(g).ok_or(Failure::Core(missing))?;
-            let ice = views.entry(g).or_insert_with(|| shared.view());
-            match task {
-                Task::Gen => out.push(job.gen_row(table, j, ice)?),
-                Task::Ppl { labels, remain_sep } => {
-                    for &label in labels {
-                        out.push(job.ppl_row(table, j, ice, label, remain_sep)?);
-                    }
-                }
-            }
-        }
-        Ok(out)
+        Ok(render_rows(job, table, row_group, prepared, task, range)?)
     };
     let threads = threads.clamp(1, 16);
     if threads == 1 || rows < 64 * threads {
