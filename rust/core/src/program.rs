@@ -196,21 +196,6 @@ impl Program {
         }
     }
 
-    /// Compile the output of `task` (gen, or one ppl label) for the rows sharing `ice`;
-    /// `None` where a program would not be provably equal to the full rendering.
-    pub fn build(
-        job: &Job<'_>,
-        columns: &[&str],
-        ice: &IceValue<'_>,
-        task: Task<'_>,
-        label: usize,
-    ) -> Option<Program> {
-        match Compiled::build(job, columns, ice, task, label)? {
-            Compiled::Text(p) => Some(p),
-            Compiled::Messages { .. } => None,
-        }
-    }
-
     /// The program's pieces in order: literal text, or the column whose value goes there
     /// (`None`: the masked output column's replacement).
     pub fn segments(&self) -> impl Iterator<Item = Segment<'_>> {
@@ -265,6 +250,19 @@ mod tests {
         }
     }
 
+    fn text_program(
+        job: &Job<'_>,
+        columns: &[&str],
+        ice: &IceValue<'_>,
+        task: Task<'_>,
+        label: usize,
+    ) -> Option<Program> {
+        match Compiled::build(job, columns, ice, task, label)? {
+            Compiled::Text(p) => Some(p),
+            Compiled::Messages { .. } => None,
+        }
+    }
+
     fn str_template(s: &str) -> PromptTemplate {
         PromptTemplate::new(vec![Body::Str(s.into())], None, None, Substitution::Compat)
     }
@@ -273,7 +271,7 @@ mod tests {
     fn program_runs_literals_and_columns() {
         let t = str_template("Q: {q} A: {a} {missing}");
         let ice = IceValue::Str(String::new());
-        let p = Program::build(&job(&t), &["q", "a"], &ice, Task::Gen, 0).unwrap();
+        let p = text_program(&job(&t), &["q", "a"], &ice, Task::Gen, 0).unwrap();
         assert_eq!(p.run(&["x", "y"], "").unwrap(), "Q: x A:  {missing}");
         // a referenced value with a brace needs the full rendering
         assert_eq!(p.run(&["{a}", "y"], ""), None);
@@ -284,17 +282,17 @@ mod tests {
         let ice = IceValue::Str(String::new());
         let nested = str_template("{x{q}}");
         assert_eq!(
-            Program::build(&job(&nested), &["q", "a"], &ice, Task::Gen, 0),
+            text_program(&job(&nested), &["q", "a"], &ice, Task::Gen, 0),
             None
         );
         let fake = str_template("\u{10FFFD}0\u{10FFFC} {q}");
         assert_eq!(
-            Program::build(&job(&fake), &["q", "a"], &ice, Task::Gen, 0),
+            text_program(&job(&fake), &["q", "a"], &ice, Task::Gen, 0),
             None
         );
         let brace_key = str_template("{q}");
         assert_eq!(
-            Program::build(&job(&brace_key), &["q}", "a"], &ice, Task::Gen, 0),
+            text_program(&job(&brace_key), &["q}", "a"], &ice, Task::Gen, 0),
             None
         );
     }
