@@ -6,6 +6,7 @@ AISBench 3.1 flavour under the same names.
 
 from promptweave import aisbench, chat, errors, opencompass, promptlib, retrievers
 from promptweave._core import __version__
+from promptweave.chat_template import ChatTemplate
 from promptweave.config import Config, load_config
 from promptweave.dataset import DatasetRenderer, RenderResult
 from promptweave.errors import (
@@ -45,6 +46,7 @@ __all__ = [
     "ArgumentError",
     "BaseRetriever",
     "ChatInferencer",
+    "ChatTemplate",
     "Config",
     "ConfigError",
     "Dataset",

@@ -88,3 +88,26 @@ def render_dataset(
     threads: int,
 ) -> list[Any]:
     """Render every test row: one output per row (a dict label -> output in ppl mode)."""
+
+@final
+class CompiledChatTemplate:
+    """A HuggingFace chat template compiled by the Rust core (transformers' semantics)."""
+
+    def __new__(cls, source: str, plain_hook: Any | None = None) -> CompiledChatTemplate: ...
+    @property
+    def source(self) -> str: ...
+    def render(
+        self,
+        messages: Any,
+        variables: Any,
+        add_generation_prompt: bool,
+        continue_final: str | None = None,
+    ) -> str: ...
+    def render_many(
+        self,
+        conversations: Any,
+        variables: Any,
+        add_generation_prompt: bool,
+        continue_final: str | None = None,
+        threads: int | None = None,
+    ) -> list[str]: ...

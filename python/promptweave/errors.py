@@ -20,6 +20,13 @@ from typing import Any
 
 __all__ = [
     "ArgumentError",
+    "ChatInputError",
+    "ChatTemplateError",
+    "ChatTemplateRaised",
+    "ChatTemplateRenderError",
+    "ChatTemplateSyntaxError",
+    "DoubleBosError",
+    "DoubleBosWarning",
     "ConfigError",
     "IceTokenError",
     "LabelError",
@@ -115,6 +122,50 @@ class ConfigError(PromptRenderError, ValueError):
 
     filename: str | None = None
     lineno: int | None = None
+
+
+class ChatTemplateError(PromptRenderError):
+    """A model chat template (Jinja) failed to compile or to render.
+
+    transformers raises ``jinja2`` exceptions at the same places (``TemplateSyntaxError``,
+    ``TemplateError``, ``UndefinedError``); those derive from ``Exception`` only, and so does
+    this family.
+    """
+
+
+class ChatTemplateSyntaxError(ChatTemplateError):
+    """The chat template does not compile; the message names the line."""
+
+
+class ChatTemplateRenderError(ChatTemplateError):
+    """Rendering failed inside the template (an undefined attribute, a type error, ...)."""
+
+
+class ChatTemplateRaised(ChatTemplateError):
+    """The template called ``raise_exception(message)``.
+
+    ``str(err)`` is the template's message verbatim (as transformers raises it);
+    ``.conversation`` is the index of the conversation in a batch (``None`` for one).
+    """
+
+    def __init__(self, message: str, conversation: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.conversation = conversation
+
+
+class ChatInputError(ChatTemplateError, ValueError):
+    """The inputs break a rule transformers enforces before rendering (``ValueError`` there),
+    e.g. ``continue_final_message`` with ``add_generation_prompt`` or on an empty chat."""
+
+
+class DoubleBosWarning(UserWarning):
+    """The rendered chat starts with the BOS token and the tokenizer will add another one."""
+
+
+class DoubleBosError(ChatTemplateError, ValueError):
+    """``double_bos='error'``: the rendered chat starts with the BOS token and the tokenizer
+    will add another one."""
 
 
 _COMBINED: dict[tuple[type, type], type] = {}

@@ -15,6 +15,7 @@
 //! * [`api`]: the API walk (role messages, merged) used by API and chat models.
 //! * [`dataset`]: the whole-dataset job (ICE per distinct index list, every row rendered).
 //! * [`program`]: a shared ICE group's output compiled into literals and column slots.
+//! * [`chat`]: HuggingFace tokenizer chat templates (Jinja), rendered as transformers renders them.
 //! * [`markers`]: the `<AIS_*>` tag grammar of AISBench multimodal `content` strings.
 //!
 //! ```
@@ -61,6 +62,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod chat;
 pub mod dataset;
 pub mod error;
 pub mod format;

@@ -1,5 +1,6 @@
 //! PyO3 binding of `promptweave-core`: registration only; the wrappers live in the modules.
 
+mod chat;
 mod convert;
 mod dataset;
 mod errors;
@@ -11,6 +12,8 @@ mod template;
 
 #[pyo3::pymodule]
 mod _core {
+    #[pymodule_export]
+    use crate::chat::PyChatTemplate;
     #[pymodule_export]
     use crate::dataset::render_dataset;
     #[pymodule_export]

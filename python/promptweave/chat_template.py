@@ -1,0 +1,430 @@
+"""Model-side chat templates: HuggingFace tokenizer chat templates rendered in Rust.
+
+:class:`ChatTemplate` compiles the Jinja chat template of a model once (from a string, a
+``tokenizer_config.json`` or a ``chat_template.jinja`` file) and renders conversations to the
+string that transformers' ``tokenizer.apply_chat_template(..., tokenize=False)`` returns for the
+same inputs: the same sandbox rules, whitespace handling (``trim_blocks``/``lstrip_blocks``),
+``tojson`` (``json.dumps`` with ``ensure_ascii=False``), ``raise_exception``, ``strftime_now``,
+``{% generation %}`` blocks, loop controls, Python string/list/dict methods, and transformers'
+handling of the inputs (keys whose value is ``None`` are dropped, reasoning-field aliases,
+``continue_final_message``, named templates with a ``tool_use`` variant).
+
+Guard rails (both off by default except the BOS warning, which only fires when the tokenizer is
+known to add a BOS token itself):
+
+* ``double_bos``: the rendered chat starts with the BOS token and the caller's tokenizer adds
+  another when encoding (``add_bos_token`` in ``tokenizer_config.json``, or the
+  ``tokenizer_adds_bos`` argument): ``'warn'`` (default, :class:`DoubleBosWarning`),
+  ``'error'`` (:class:`DoubleBosError`) or ``'ignore'``.
+* ``system``: ``'keep'`` (default, as transformers), ``'merge'`` (a leading system message is
+  folded into the first user message, separated by ``system_separator``) or ``'auto'`` (keep,
+  and merge only when the template raises an exception for the conversation as given).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from promptweave._core import CompiledChatTemplate
+from promptweave.errors import (
+    ArgumentError,
+    ChatInputError,
+    ChatTemplateRaised,
+    ConfigError,
+    DoubleBosError,
+    DoubleBosWarning,
+)
+
+__all__ = ["ChatTemplate", "special_tokens_of"]
+
+#: the named special tokens transformers passes to every chat template (``special_tokens_map``)
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+
+DoubleBos = Literal["warn", "error", "ignore"]
+SystemHandling = Literal["keep", "merge", "auto"]
+
+
+def _plain(value: Any) -> Any:
+    """transformers' ``_plain_template_data`` for the objects the Rust converter does not take
+    directly (subclasses of str/int/float, mappings, dataclasses, pydantic models, numpy
+    scalars); anything else becomes the placeholder ``"<TypeName>"``."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return dict(value.items())
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, tuple):
+        return tuple(value)
+    item = getattr(value, "item", None)
+    if type(value).__module__ == "numpy" and callable(item):
+        return item()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump()
+    return f"<{type(value).__name__}>"
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token from a tokenizer config: a string or an AddedToken dict."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    content = getattr(value, "content", None)
+    return content if isinstance(content, str) else str(value)
+
+
+def special_tokens_of(config: Mapping[str, Any]) -> dict[str, str]:
+    """The named special tokens of a tokenizer config, as transformers hands them to templates."""
+    out: dict[str, str] = {}
+    for name in SPECIAL_TOKEN_NAMES:
+        text = _token_text(config.get(name))
+        if text is not None:
+            out[name] = text
+    return out
+
+
+def _templates_of(value: Any, where: str) -> dict[str, str] | str:
+    """A tokenizer config's ``chat_template``: a string, or named templates (a list of
+    ``{'name', 'template'}`` dicts or a dict)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        named = dict(value)
+    elif isinstance(value, list):
+        named = {}
+        for i, entry in enumerate(value):
+            if not (isinstance(entry, Mapping) and "name" in entry and "template" in entry):
+                raise ConfigError(f"{where}: chat_template[{i}] must be a dict with 'name' and 'template'")
+            named[entry["name"]] = entry["template"]
+    else:
+        raise ConfigError(f"{where}: has no chat_template (got {type(value).__name__})")
+    for name, template in named.items():
+        if not isinstance(template, str):
+            raise ConfigError(f"{where}: chat_template {name!r} is not a string")
+    return named
+
+
+class ChatTemplate:
+    """A HuggingFace chat template compiled once (see the module documentation).
+
+    Args:
+        template: the Jinja source, or named templates (``{'default': ..., 'tool_use': ...}``)
+            as a tokenizer config may hold them.
+        special_tokens: ``bos_token``, ``eos_token``, ... as the template sees them (strings or
+            AddedToken dicts); ``bos_token=``/``eos_token=`` are shortcuts.
+        tokenizer_adds_bos: whether the tokenizer that will encode the rendered string adds a
+            BOS token itself (``add_bos_token``); enables the ``double_bos`` check.
+        double_bos: ``'warn'``, ``'error'`` or ``'ignore'`` (see the module documentation).
+        system: ``'keep'``, ``'merge'`` or ``'auto'``; ``system_separator`` joins a merged
+            system message and the first user message.
+    """
+
+    def __init__(
+        self,
+        template: str | Mapping[str, str],
+        *,
+        special_tokens: Mapping[str, Any] | None = None,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        tokenizer_adds_bos: bool = False,
+        double_bos: DoubleBos = "warn",
+        system: SystemHandling = "keep",
+        system_separator: str = "\n\n",
+    ) -> None:
+        if double_bos not in ("warn", "error", "ignore"):
+            raise ArgumentError(f"double_bos must be 'warn', 'error' or 'ignore', got {double_bos!r}")
+        if system not in ("keep", "merge", "auto"):
+            raise ArgumentError(f"system must be 'keep', 'merge' or 'auto', got {system!r}")
+        named = _templates_of(template, "template")
+        self._named: dict[str, str] = {} if isinstance(named, str) else named
+        self._default_source: str | None = named if isinstance(named, str) else None
+        tokens = special_tokens_of(special_tokens or {})
+        if bos_token is not None:
+            tokens["bos_token"] = bos_token
+        if eos_token is not None:
+            tokens["eos_token"] = eos_token
+        self.special_tokens: dict[str, str] = tokens
+        self.tokenizer_adds_bos = bool(tokenizer_adds_bos)
+        self.double_bos: DoubleBos = double_bos
+        self.system: SystemHandling = system
+        self.system_separator = system_separator
+        self._compiled: dict[str, CompiledChatTemplate] = {}
+        # compile eagerly so a broken template fails here, as transformers fails on first use
+        for source in self._sources():
+            self._compile(source)
+
+    # -- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_tokenizer_config(
+        cls, config: str | os.PathLike[str] | Mapping[str, Any], **options: Any
+    ) -> ChatTemplate:
+        """From a ``tokenizer_config.json`` (path or loaded dict): its ``chat_template``
+        (string or named templates), special tokens and ``add_bos_token``. A
+        ``chat_template.jinja`` next to the file is used when the config has no template."""
+        where = "tokenizer config"
+        if not isinstance(config, Mapping):
+            where = os.fspath(config)
+            try:
+                with open(where, encoding="utf-8") as f:
+                    config = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{where}: cannot read tokenizer config: {exc}") from exc
+            if not isinstance(config, Mapping):
+                raise ConfigError(f"{where}: a tokenizer config must be a JSON object")
+            if config.get("chat_template") is None:
+                sibling = os.path.join(os.path.dirname(where), "chat_template.jinja")
+                if os.path.exists(sibling):
+                    with open(sibling, encoding="utf-8") as f:
+                        config = {**config, "chat_template": f.read()}
+        template = _templates_of(config.get("chat_template"), where)
+        options.setdefault("special_tokens", config)
+        options.setdefault("tokenizer_adds_bos", bool(config.get("add_bos_token", False)))
+        return cls(template, **options)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> ChatTemplate:
+        """From a ``.jinja`` template file, or a ``tokenizer_config.json`` (by extension)."""
+        where = os.fspath(path)
+        if where.endswith(".json"):
+            return cls.from_tokenizer_config(where, **options)
+        try:
+            with open(where, encoding="utf-8") as f:
+                source = f.read()
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read chat template: {exc}") from exc
+        return cls(source, **options)
+
+    # -- template selection -----------------------------------------------------------------
+
+    def _sources(self) -> list[str]:
+        return [self._default_source] if self._default_source is not None else list(self._named.values())
+
+    @property
+    def template(self) -> str | dict[str, str]:
+        """The template source (or the named templates)."""
+        return self._default_source if self._default_source is not None else dict(self._named)
+
+    def _compile(self, source: str) -> CompiledChatTemplate:
+        compiled = self._compiled.get(source)
+        if compiled is None:
+            compiled = CompiledChatTemplate(source, _plain)
+            self._compiled[source] = compiled
+        return compiled
+
+    def _select(self, chat_template: str | None, tools: Any) -> CompiledChatTemplate:
+        # transformers' get_chat_template
+        if self._named:
+            if chat_template is not None and chat_template in self._named:
+                return self._compile(self._named[chat_template])
+            if chat_template is None:
+                if tools is not None and "tool_use" in self._named:
+                    return self._compile(self._named["tool_use"])
+                if "default" in self._named:
+                    return self._compile(self._named["default"])
+                raise ChatInputError(
+                    "This model has multiple chat templates with no default specified! Please "
+                    "either pass a chat template or the name of the template you wish to use to "
+                    "the `chat_template` argument. Available template names are "
+                    f"{sorted(self._named)}."
+                )
+        if chat_template is not None:
+            return self._compile(chat_template)
+        assert self._default_source is not None
+        return self._compile(self._default_source)
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def _variables(
+        self, tools: Any, documents: Any, extra: Mapping[str, Any]
+    ) -> list[tuple[str, Any]]:
+        schemas: list[Any] | None = None
+        if tools is not None:
+            schemas = []
+            for tool in tools:
+                if isinstance(tool, dict):
+                    schemas.append(tool)
+                elif callable(tool):
+                    schemas.append(_json_schema(tool))
+                else:
+                    raise ChatInputError(
+                        "Tools should either be a JSON schema, or a callable function with type "
+                        "hints and a docstring suitable for auto-conversion to a schema."
+                    )
+        if documents is not None:
+            for document in documents:
+                if not isinstance(document, dict):
+                    raise ChatInputError(
+                        "Documents should be a list of dicts with 'title' and 'text' keys!"
+                    )
+        variables: dict[str, Any] = {**self.special_tokens, **extra}
+        variables["tools"] = schemas
+        variables["documents"] = documents
+        return list(variables.items())
+
+    @staticmethod
+    def _continue_field(continue_final_message: bool | str, add_generation_prompt: bool) -> str | None:
+        if not continue_final_message:
+            return None
+        if add_generation_prompt:
+            raise ChatInputError(
+                "continue_final_message and add_generation_prompt are not compatible. Use "
+                "continue_final_message when you want the model to continue the final message, "
+                "and add_generation_prompt when you want to add a header that will prompt it to "
+                "start a new assistant message instead."
+            )
+        return continue_final_message if isinstance(continue_final_message, str) else "content"
+
+    def _merge_system(self, messages: Sequence[Any]) -> list[Any]:
+        msgs = list(messages)
+        if not msgs or not isinstance(msgs[0], Mapping) or msgs[0].get("role") != "system":
+            return msgs
+        system = msgs[0].get("content")
+        rest = msgs[1:]
+        for i, m in enumerate(rest):
+            if isinstance(m, Mapping) and m.get("role") == "user":
+                content = m.get("content")
+                if isinstance(system, str) and isinstance(content, str):
+                    merged = dict(m)
+                    merged["content"] = f"{system}{self.system_separator}{content}"
+                    rest[i] = merged
+                    return rest
+                break
+        # no user message to fold into: the system text becomes the first user message
+        return [{"role": "user", "content": system}, *rest]
+
+    def _check_bos(self, rendered: str, index: int | None) -> None:
+        bos = self.special_tokens.get("bos_token")
+        if not (self.tokenizer_adds_bos and bos and self.double_bos != "ignore"):
+            return
+        if rendered.startswith(bos):
+            where = "" if index is None else f"conversation {index}: "
+            msg = (
+                f"{where}the rendered chat starts with the BOS token {bos!r} and the tokenizer "
+                "adds one too (add_bos_token): encode it with add_special_tokens=False, or the "
+                "model sees two BOS tokens"
+            )
+            if self.double_bos == "error":
+                raise DoubleBosError(msg)
+            warnings.warn(msg, DoubleBosWarning, stacklevel=3)
+
+    def render(
+        self,
+        messages: Sequence[Any],
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        tools: Sequence[Any] | None = None,
+        documents: Sequence[Any] | None = None,
+        chat_template: str | None = None,
+        **extra: Any,
+    ) -> str:
+        """The string ``apply_chat_template(messages, tokenize=False, ...)`` returns.
+
+        ``extra`` keyword arguments are template variables (they override special tokens).
+        """
+        if isinstance(messages, (list, tuple)) and len(messages) == 0:
+            raise ChatInputError(
+                "Cannot apply chat template to an empty conversation. Provide at least one message."
+            )
+        field = self._continue_field(continue_final_message, add_generation_prompt)
+        compiled = self._select(chat_template, tools)
+        variables = self._variables(tools, documents, extra)
+        chat = getattr(messages, "messages", messages)
+        if self.system == "merge":
+            chat = self._merge_system(chat)
+        try:
+            out = compiled.render(chat, variables, add_generation_prompt, field)
+        except ChatTemplateRaised:
+            if self.system != "auto":
+                raise
+            merged = self._merge_system(chat)
+            if len(merged) == len(chat) and merged == list(chat):
+                raise
+            out = compiled.render(merged, variables, add_generation_prompt, field)
+        self._check_bos(out, None)
+        return out
+
+    def render_many(
+        self,
+        conversations: Iterable[Sequence[Any]],
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        tools: Sequence[Any] | None = None,
+        documents: Sequence[Any] | None = None,
+        chat_template: str | None = None,
+        threads: int | None = None,
+        **extra: Any,
+    ) -> list[str]:
+        """Render many conversations with the interpreter released; the same result as
+        calling :meth:`render` on each. An error names the conversation's index."""
+        field = self._continue_field(continue_final_message, add_generation_prompt)
+        compiled = self._select(chat_template, tools)
+        variables = self._variables(tools, documents, extra)
+        chats = [getattr(c, "messages", c) for c in conversations]
+        for i, c in enumerate(chats):
+            if isinstance(c, (list, tuple)) and len(c) == 0:
+                raise ChatInputError(
+                    f"conversation {i}: Cannot apply chat template to an empty conversation. "
+                    "Provide at least one message."
+                )
+        if self.system == "merge":
+            chats = [self._merge_system(c) for c in chats]
+        if self.system == "auto":
+            outs = []
+            for i, c in enumerate(chats):
+                try:
+                    outs.append(compiled.render(c, variables, add_generation_prompt, field))
+                except ChatTemplateRaised as exc:
+                    merged = self._merge_system(c)
+                    if merged == list(c):
+                        raise ChatTemplateRaised(exc.message, i) from None
+                    outs.append(compiled.render(merged, variables, add_generation_prompt, field))
+        else:
+            outs = compiled.render_many(chats, variables, add_generation_prompt, field, threads)
+        if self.tokenizer_adds_bos and self.double_bos != "ignore":
+            for i, out in enumerate(outs):
+                self._check_bos(out, i)
+        return outs
+
+    def __repr__(self) -> str:
+        names = f" named={sorted(self._named)}" if self._named else ""
+        return f"<ChatTemplate{names} special_tokens={sorted(self.special_tokens)}>"
+
+
+def _json_schema(func: Callable[..., Any]) -> Any:
+    """A callable tool's JSON schema, as transformers' ``get_json_schema`` makes it (that
+    function is used when transformers is installed)."""
+    try:
+        from transformers.utils import get_json_schema
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ChatInputError(
+            "a callable tool needs transformers (pip install transformers) to build its JSON "
+            "schema; pass the schema as a dict instead"
+        ) from exc
+    return get_json_schema(func)
+

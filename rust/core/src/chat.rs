@@ -1,0 +1,1142 @@
+//! Model-side chat templates: the Jinja template of a HuggingFace tokenizer, rendered the way
+//! `transformers` renders it (`apply_chat_template(..., tokenize=False)`).
+//!
+//! transformers compiles a chat template in a sandboxed Jinja2 environment with `trim_blocks`,
+//! `lstrip_blocks`, loop controls, a `{% generation %}` block tag, its own `tojson` filter
+//! (`json.dumps` with `ensure_ascii=False`), and the globals `raise_exception` and
+//! `strftime_now`. This module configures a `minijinja` environment to behave the same way:
+//!
+//! * values print as Python's `str()` prints them (`None`, `True`, `[1, 'a']`, `{'k': 2.0}`);
+//! * `tojson` is Python's `json.dumps` (separators, `indent`, `sort_keys`, `ensure_ascii`);
+//! * Python string, list and dict methods (`.strip()`, `.split()`, `.items()`, ...) work, with
+//!   Python's notion of whitespace;
+//! * `{% generation %}` / `{% endgeneration %}` render their body;
+//! * `raise_exception(msg)` aborts rendering with [`ChatError::Raised`].
+//!
+//! Around the template, [`ChatTemplate::render_conversation`] does what transformers does to a
+//! conversation before and after rendering (reasoning-field aliases, `continue_final_message`).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use minijinja::value::{Kwargs, Rest};
+use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
+
+pub use minijinja::Value;
+pub use minijinja::value::ValueKind;
+
+/// An insertion-ordered map, the form a message (a Python dict) takes.
+pub type Map = indexmap::IndexMap<Value, Value>;
+
+const TEMPLATE_NAME: &str = "chat_template";
+/// What transformers appends to the final message to find where it ends in the output.
+const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
+/// transformers' names for a message's reasoning text, in its lookup order.
+const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
+/// Why a chat template could not be compiled or rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatError {
+    /// The template does not compile (Jinja2 rejects it as well).
+    Syntax(String),
+    /// The template called `raise_exception(message)`.
+    Raised(String),
+    /// Rendering failed (undefined attribute access, a type error, ...).
+    Render(String),
+    /// The inputs do not satisfy transformers' rules (e.g. `continue_final_message` on an empty
+    /// conversation); the message is transformers' own.
+    Input(String),
+}
+
+impl std::fmt::Display for ChatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChatError::Syntax(m)
+            | ChatError::Raised(m)
+            | ChatError::Render(m)
+            | ChatError::Input(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ChatError {}
+
+/// Marks an error created by `raise_exception` so it is told apart from engine errors.
+#[derive(Debug)]
+struct Raised(String);
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+fn convert_error(err: &Error) -> ChatError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(s) = source {
+        if let Some(raised) = s.downcast_ref::<Raised>() {
+            return ChatError::Raised(raised.0.clone());
+        }
+        source = s.source();
+    }
+    match err.kind() {
+        ErrorKind::SyntaxError | ErrorKind::UnknownBlock => ChatError::Syntax(describe(err)),
+        _ => ChatError::Render(describe(err)),
+    }
+}
+
+fn describe(err: &Error) -> String {
+    let mut msg = err.to_string();
+    if let Some(line) = err.line() {
+        if !msg.contains("line ") {
+            let _ = write!(msg, " (line {line})");
+        }
+    }
+    msg
+}
+
+/// What [`ChatTemplate::render_conversation`] needs besides the messages.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// The template variable `add_generation_prompt`.
+    pub add_generation_prompt: bool,
+    /// `continue_final_message`: `None` for off, else the field of the final message to continue
+    /// (`"content"` when the caller passed `True`).
+    pub continue_final: Option<String>,
+}
+
+/// A chat template compiled once, rendered many times. Cheap to share between threads.
+#[derive(Debug, Clone)]
+pub struct ChatTemplate {
+    env: Arc<Environment<'static>>,
+    source: Arc<str>,
+}
+
+impl ChatTemplate {
+    /// Compiles `source` as transformers would.
+    pub fn compile(source: &str) -> Result<Self, ChatError> {
+        let mut env = Environment::new();
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .keep_trailing_newline(false)
+                .build()
+                .map_err(|e| ChatError::Syntax(e.to_string()))?,
+        );
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        env.set_formatter(|out, _state, value| {
+            py_str_into(out, value)
+                .map_err(|()| Error::new(ErrorKind::WriteFailure, "write failed"))
+        });
+        env.set_unknown_method_callback(py_method);
+        env.add_filter("tojson", tojson_filter);
+        env.add_filter("string", |v: Value| py_str(&v));
+        env.add_filter("trim", trim_filter);
+        env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
+            let text = py_str(&msg);
+            Err(Error::new(ErrorKind::InvalidOperation, text.clone()).with_source(Raised(text)))
+        });
+        env.add_function("strftime_now", strftime_now);
+        let rewritten = rewrite_generation_tags(source);
+        env.add_template_owned(TEMPLATE_NAME, rewritten)
+            .map_err(|e| convert_error(&e))?;
+        Ok(ChatTemplate {
+            env: Arc::new(env),
+            source: Arc::from(source),
+        })
+    }
+
+    /// The template source as given.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders the template with `context` (a map value) as its variables.
+    pub fn render_context(&self, context: &Value) -> Result<String, ChatError> {
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| convert_error(&e))?;
+        tmpl.render(context).map_err(|e| convert_error(&e))
+    }
+
+    /// Renders one conversation as transformers' `render_jinja_template` does for each chat:
+    /// reasoning fields aliased, the continue tag added to and cut from the final message.
+    /// `variables` are the other template variables (`tools`, `documents`, special tokens,
+    /// extra keyword arguments), in transformers' order; `add_generation_prompt` and
+    /// `messages` are set here.
+    pub fn render_conversation(
+        &self,
+        messages: Vec<Map>,
+        variables: &[(Value, Value)],
+        options: &RenderOptions,
+    ) -> Result<String, ChatError> {
+        let mut chat: Vec<Map> = messages.into_iter().map(alias_reasoning).collect();
+        let mut continued: Option<String> = None;
+        if let Some(field) = &options.continue_final {
+            continued = Some(self.tag_final_message(&mut chat, field)?);
+        }
+        let mut context = Map::with_capacity(variables.len() + 2);
+        context.insert(
+            Value::from("messages"),
+            Value::from(chat.into_iter().map(Value::from).collect::<Vec<Value>>()),
+        );
+        for (k, v) in variables {
+            context.insert(k.clone(), v.clone());
+        }
+        context.insert(
+            Value::from("add_generation_prompt"),
+            Value::from(options.add_generation_prompt),
+        );
+        let rendered = self.render_context(&Value::from(context))?;
+        match continued {
+            None => Ok(rendered),
+            Some(final_text) => cut_at_continue_tag(rendered, &final_text),
+        }
+    }
+
+    /// Appends the continue tag to the final message's `field`; returns the text to look for.
+    fn tag_final_message(&self, chat: &mut [Map], field: &str) -> Result<String, ChatError> {
+        let Some(last) = chat.last_mut() else {
+            return Err(ChatError::Input(
+                "continue_final_message is set but the conversation is empty!".into(),
+            ));
+        };
+        let key = Value::from(field);
+        let Some(final_message) = last.get(&key).filter(|v| !v.is_none()).cloned() else {
+            return Err(ChatError::Input(format!(
+                "continue_final_message is set but the final message has no \"{field}\" to continue!"
+            )));
+        };
+        let mut fields: Vec<String> = vec![field.to_owned()];
+        if REASONING_FIELDS.contains(&field) {
+            fields = REASONING_FIELDS
+                .iter()
+                .filter(|f| {
+                    last.get(&Value::from(**f))
+                        .is_some_and(|v| *v == final_message)
+                })
+                .map(|f| (*f).to_owned())
+                .collect();
+        }
+        if !fields.iter().any(|f| self.source.contains(f.as_str())) {
+            return Err(ChatError::Input(format!(
+                "continue_final_message is set to \"{field}\" but this is not an accepted field in the chat_template"
+            )));
+        }
+        if final_message.kind() == ValueKind::Seq {
+            // the last content block with a "text" key gets the tag
+            let mut blocks: Vec<Value> = final_message
+                .try_iter()
+                .map_err(|e| convert_error(&e))?
+                .collect();
+            let text_key = Value::from("text");
+            for block in blocks.iter_mut().rev() {
+                let has_text = block.kind() == ValueKind::Map
+                    && block.get_item(&text_key).is_ok_and(|v| !v.is_undefined());
+                if has_text {
+                    let text = block.get_item(&text_key).map_err(|e| convert_error(&e))?;
+                    let mut copy: Map = block
+                        .try_iter()
+                        .map_err(|e| convert_error(&e))?
+                        .map(|k| {
+                            let v = block.get_item(&k).unwrap_or_default();
+                            (k, v)
+                        })
+                        .collect();
+                    let tagged = concat_values(&text, CONTINUE_TAG)?;
+                    copy.insert(text_key.clone(), tagged);
+                    *block = Value::from(copy);
+                    last.insert(key, Value::from(blocks));
+                    return Ok(py_str(&text));
+                }
+            }
+            return Err(ChatError::Input(
+                "continue_final_message is set but we could not find any text to continue in the final message!"
+                    .into(),
+            ));
+        }
+        for f in &fields {
+            let k = Value::from(f.as_str());
+            if let Some(v) = last.get(&k).cloned() {
+                last.insert(k, concat_values(&v, CONTINUE_TAG)?);
+            }
+        }
+        Ok(py_str(&final_message))
+    }
+}
+
+/// `value + tag` with Python's `+` (only strings can be continued).
+fn concat_values(value: &Value, tag: &str) -> Result<Value, ChatError> {
+    match value.as_str() {
+        Some(s) => Ok(Value::from(format!("{s}{tag}"))),
+        None => Err(ChatError::Input(format!(
+            "can only concatenate str (not \"{}\") to str",
+            py_type_name(value)
+        ))),
+    }
+}
+
+fn cut_at_continue_tag(rendered: String, final_text: &str) -> Result<String, ChatError> {
+    let tag = CONTINUE_TAG.trim_end();
+    let stripped = py_strip(final_text, None);
+    if !rendered.contains(stripped) || !rendered.contains(tag) {
+        return Err(ChatError::Input(format!(
+            "continue_final_message is set but the final message does not appear in the chat after \
+             applying the chat template! This can happen if the chat template deletes portions of \
+             the final message. Please verify the chat template and final message in your chat to \
+             ensure they are compatible.Final message to continue: {stripped}\nRendered chat:\n{rendered}"
+        )));
+    }
+    let Some(at) = rendered.rfind(tag) else {
+        return Ok(rendered);
+    };
+    let mut out = rendered;
+    if out[at..].starts_with(CONTINUE_TAG) {
+        out.truncate(at);
+    } else {
+        out.truncate(at);
+        let keep = py_rstrip(&out, None).len();
+        out.truncate(keep);
+    }
+    Ok(out)
+}
+
+/// transformers' `_alias_reasoning_fields`: a message with reasoning under any of its names gets
+/// it under `thinking` (first) and `reasoning_content` (last) too.
+fn alias_reasoning(message: Map) -> Map {
+    let reasoning = REASONING_FIELDS.iter().find_map(|f| {
+        message
+            .get(&Value::from(*f))
+            .filter(|v| !v.is_none())
+            .cloned()
+    });
+    let Some(reasoning) = reasoning else {
+        return message;
+    };
+    let mut out = Map::with_capacity(message.len() + 2);
+    out.insert(Value::from("thinking"), reasoning.clone());
+    for (k, v) in message {
+        out.insert(k, v);
+    }
+    out.insert(Value::from("reasoning_content"), reasoning);
+    out
+}
+
+/// Replaces the block tags `generation` / `endgeneration` (transformers' assistant-mask
+/// extension) by `if true` / `endif`, keeping whitespace-control marks, so their body renders
+/// with the same trimming.
+fn rewrite_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(at) = rest.find("{%") {
+        out.push_str(&rest[..at + 2]);
+        rest = &rest[at + 2..];
+        let mut head = 0;
+        let bytes = rest.as_bytes();
+        if matches!(bytes.first(), Some(b'-' | b'+')) {
+            head = 1;
+        }
+        let ws = rest[head..].len() - rest[head..].trim_start().len();
+        let word_start = head + ws;
+        let word_len = rest[word_start..]
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+            .count();
+        let word = &rest[word_start..word_start + word_len];
+        let after = rest[word_start + word_len..].trim_start();
+        let closes =
+            after.starts_with("%}") || after.starts_with("-%}") || after.starts_with("+%}");
+        let replacement = match word {
+            "generation" if closes => Some("if true"),
+            "endgeneration" if closes => Some("endif"),
+            _ => None,
+        };
+        if let Some(r) = replacement {
+            out.push_str(&rest[..word_start]);
+            out.push_str(r);
+            rest = &rest[word_start + word_len..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Python's str(), repr() and whitespace
+// ---------------------------------------------------------------------------------------------
+
+/// Python's `str.isspace()` for one character.
+pub fn py_is_space(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '\u{1c}'..='\u{1f}')
+}
+
+fn py_strip<'a>(s: &'a str, chars: Option<&str>) -> &'a str {
+    match chars {
+        None => s.trim_matches(py_is_space),
+        Some(set) => s.trim_matches(|c| set.contains(c)),
+    }
+}
+
+fn py_lstrip<'a>(s: &'a str, chars: Option<&str>) -> &'a str {
+    match chars {
+        None => s.trim_start_matches(py_is_space),
+        Some(set) => s.trim_start_matches(|c| set.contains(c)),
+    }
+}
+
+fn py_rstrip<'a>(s: &'a str, chars: Option<&str>) -> &'a str {
+    match chars {
+        None => s.trim_end_matches(py_is_space),
+        Some(set) => s.trim_end_matches(|c| set.contains(c)),
+    }
+}
+
+/// Python's `str(value)`.
+pub fn py_str(value: &Value) -> String {
+    let mut out = String::new();
+    write_py_str(&mut out, value);
+    out
+}
+
+fn py_str_into(out: &mut minijinja::Output<'_>, value: &Value) -> Result<(), ()> {
+    if let Some(s) = value.as_str() {
+        return out.write_str(s).map_err(|_| ());
+    }
+    let mut buf = String::new();
+    write_py_str(&mut buf, value);
+    out.write_str(&buf).map_err(|_| ())
+}
+
+fn write_py_str(out: &mut String, value: &Value) {
+    match value.kind() {
+        ValueKind::Undefined => {}
+        ValueKind::String => out.push_str(value.as_str().unwrap_or_default()),
+        _ => write_py_repr(out, value, 0),
+    }
+}
+
+/// The name Python's `type(value).__name__` would give.
+pub fn py_type_name(value: &Value) -> &'static str {
+    match value.kind() {
+        ValueKind::Undefined => "Undefined",
+        ValueKind::None => "NoneType",
+        ValueKind::Bool => "bool",
+        ValueKind::Number => {
+            if value.is_integer() {
+                "int"
+            } else {
+                "float"
+            }
+        }
+        ValueKind::String => "str",
+        ValueKind::Bytes => "bytes",
+        ValueKind::Seq => "list",
+        ValueKind::Map => "dict",
+        _ => "object",
+    }
+}
+
+const MAX_REPR_DEPTH: usize = 500;
+
+fn write_py_repr(out: &mut String, value: &Value, depth: usize) {
+    if depth > MAX_REPR_DEPTH {
+        out.push_str("...");
+        return;
+    }
+    match value.kind() {
+        ValueKind::Undefined => {}
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
+        ValueKind::Number => write_py_number(out, value),
+        ValueKind::String => write_py_str_repr(out, value.as_str().unwrap_or_default()),
+        ValueKind::Seq | ValueKind::Iterable => {
+            out.push('[');
+            if let Ok(iter) = value.try_iter() {
+                for (i, item) in iter.enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_py_repr(out, &item, depth + 1);
+                }
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push('{');
+            if let Ok(iter) = value.try_iter() {
+                for (i, key) in iter.enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_py_repr(out, &key, depth + 1);
+                    out.push_str(": ");
+                    let item = value.get_item(&key).unwrap_or_default();
+                    write_py_repr(out, &item, depth + 1);
+                }
+            }
+            out.push('}');
+        }
+        _ => {
+            let _ = write!(out, "{value}");
+        }
+    }
+}
+
+fn write_py_number(out: &mut String, value: &Value) {
+    if value.is_integer() {
+        let _ = write!(out, "{value}");
+        return;
+    }
+    match f64::try_from(value.clone()) {
+        Ok(f) => write_py_float(out, f),
+        Err(_) => {
+            let _ = write!(out, "{value}");
+        }
+    }
+}
+
+/// Python's `repr(float)`: the shortest round-trip digits, fixed notation for exponents in
+/// `-4..16`, else scientific with a signed two-digit exponent.
+pub fn write_py_float(out: &mut String, f: f64) {
+    if f.is_nan() {
+        out.push_str("nan");
+        return;
+    }
+    if f.is_infinite() {
+        out.push_str(if f > 0.0 { "inf" } else { "-inf" });
+        return;
+    }
+    // `{:e}` gives the shortest round-trip digits: "-1.2345e-5"
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (neg, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if neg {
+        out.push('-');
+    }
+    if (-4..16).contains(&exp) {
+        let n = i32::try_from(digits.len()).unwrap_or(i32::MAX);
+        if exp >= 0 {
+            let int_len = usize::try_from(exp + 1).unwrap_or(0);
+            if digits.len() <= int_len {
+                out.push_str(&digits);
+                for _ in 0..(int_len - digits.len()) {
+                    out.push('0');
+                }
+                out.push_str(".0");
+            } else {
+                out.push_str(&digits[..int_len]);
+                out.push('.');
+                out.push_str(&digits[int_len..]);
+            }
+        } else {
+            out.push_str("0.");
+            for _ in 0..(-exp - 1) {
+                out.push('0');
+            }
+            out.push_str(&digits);
+        }
+        let _ = n;
+    } else {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    }
+}
+
+/// Python's `repr(str)`.
+pub fn write_py_str_repr(out: &mut String, s: &str) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !py_is_printable(c) => {
+                let n = u32::from(c);
+                if n < 0x100 {
+                    let _ = write!(out, "\\x{n:02x}");
+                } else if n < 0x10000 {
+                    let _ = write!(out, "\\u{n:04x}");
+                } else {
+                    let _ = write!(out, "\\U{n:08x}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+/// Python's `str.isprintable()` for one character, for the characters that occur in text:
+/// control characters, separators other than the space, format characters and private use are
+/// not printable. (Unassigned code points are treated as printable.)
+fn py_is_printable(c: char) -> bool {
+    let n = u32::from(c);
+    !(n < 0x20
+        || (0x7f..=0xa0).contains(&n)
+        || n == 0xad
+        || (0x600..=0x605).contains(&n)
+        || n == 0x61c
+        || n == 0x6dd
+        || n == 0x70f
+        || n == 0x8e2
+        || n == 0x1680
+        || n == 0x180e
+        || (0x2000..=0x200f).contains(&n)
+        || (0x2028..=0x202f).contains(&n)
+        || (0x205f..=0x2064).contains(&n)
+        || (0x2066..=0x206f).contains(&n)
+        || n == 0x3000
+        || (0xd800..=0xf8ff).contains(&n)
+        || n == 0xfeff
+        || (0xfff9..=0xfffb).contains(&n)
+        || n == 0x110bd
+        || n == 0x110cd
+        || (0x1bca0..=0x1bca3).contains(&n)
+        || (0x1d173..=0x1d17a).contains(&n)
+        || n == 0xe0001
+        || (0xe0020..=0xe007f).contains(&n)
+        || n >= 0xf0000)
+}
+
+// ---------------------------------------------------------------------------------------------
+// filters, functions and methods
+// ---------------------------------------------------------------------------------------------
+
+fn trim_filter(value: &Value, chars: Option<Value>) -> Value {
+    let s = py_str(value);
+    let chars = chars
+        .filter(|c| !c.is_none() && !c.is_undefined())
+        .map(|c| py_str(&c));
+    Value::from(py_strip(&s, chars.as_deref()))
+}
+
+fn strftime_now(format: &str) -> Result<Value, Error> {
+    use chrono::format::{Item, StrftimeItems};
+    let items: Vec<Item<'_>> = StrftimeItems::new(format).collect();
+    if items.iter().any(|i| matches!(i, Item::Error)) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: unsupported format {format:?}"),
+        ));
+    }
+    let now = chrono::Local::now();
+    let mut out = String::new();
+    write!(out, "{}", now.format_with_items(items.into_iter()))
+        .map_err(|_| Error::new(ErrorKind::InvalidOperation, "strftime_now: format failed"))?;
+    Ok(Value::from(out))
+}
+
+/// Python methods on values; whitespace-sensitive string methods use Python's whitespace, the
+/// rest come from `minijinja-contrib`'s Python compatibility layer.
+fn py_method(
+    state: &mut State<'_, '_>,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let Some(s) = value.as_str() {
+        let opt_chars = |args: &[Value]| -> Result<Option<String>, Error> {
+            match args {
+                [] => Ok(None),
+                [v] if v.is_none() => Ok(None),
+                [v] => v.as_str().map(|c| Some(c.to_owned())).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("{method} arg must be None or str"),
+                    )
+                }),
+                _ => Err(Error::from(ErrorKind::TooManyArguments)),
+            }
+        };
+        match method {
+            "strip" => return Ok(Value::from(py_strip(s, opt_chars(args)?.as_deref()))),
+            "lstrip" => return Ok(Value::from(py_lstrip(s, opt_chars(args)?.as_deref()))),
+            "rstrip" => return Ok(Value::from(py_rstrip(s, opt_chars(args)?.as_deref()))),
+            "split" => return py_split(s, args),
+            "isspace" if args.is_empty() => {
+                return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
+            }
+            _ => {}
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+fn py_split(s: &str, args: &[Value]) -> Result<Value, Error> {
+    let (sep, maxsplit) = match args {
+        [] => (None, -1),
+        [sep] => (sep.as_str().map(str::to_owned), -1),
+        [sep, max] => (
+            sep.as_str().map(str::to_owned),
+            i64::try_from(max.clone()).map_err(|_| Error::from(ErrorKind::InvalidOperation))?,
+        ),
+        _ => return Err(Error::from(ErrorKind::TooManyArguments)),
+    };
+    let mut parts: Vec<Value> = Vec::new();
+    if let Some(sep) = sep {
+        if sep.is_empty() {
+            return Err(Error::new(ErrorKind::InvalidOperation, "empty separator"));
+        }
+        if maxsplit < 0 {
+            parts.extend(s.split(sep.as_str()).map(Value::from));
+        } else {
+            let n = usize::try_from(maxsplit)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1);
+            parts.extend(s.splitn(n, sep.as_str()).map(Value::from));
+        }
+    } else {
+        let mut rest = s.trim_start_matches(py_is_space);
+        let mut splits = 0i64;
+        while !rest.is_empty() {
+            if maxsplit >= 0 && splits >= maxsplit {
+                parts.push(Value::from(rest.trim_end_matches(py_is_space)));
+                break;
+            }
+            let end = rest.find(py_is_space).unwrap_or(rest.len());
+            parts.push(Value::from(&rest[..end]));
+            splits += 1;
+            rest = rest[end..].trim_start_matches(py_is_space);
+        }
+    }
+    Ok(Value::from(parts))
+}
+
+/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None,
+/// sort_keys=False)`.
+#[allow(clippy::needless_pass_by_value)] // minijinja passes filter arguments by value
+fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let mut ensure_ascii: Option<Value> = None;
+    let mut indent: Option<Value> = None;
+    let mut separators: Option<Value> = None;
+    let mut sort_keys: Option<Value> = None;
+    // positional order: ensure_ascii, indent, separators, sort_keys
+    for (i, a) in args.iter().enumerate() {
+        let slot = match i {
+            0 => &mut ensure_ascii,
+            1 => &mut indent,
+            2 => &mut separators,
+            3 => &mut sort_keys,
+            _ => return Err(Error::from(ErrorKind::TooManyArguments)),
+        };
+        *slot = Some(a.clone());
+    }
+    for (name, slot) in [
+        ("ensure_ascii", &mut ensure_ascii),
+        ("indent", &mut indent),
+        ("separators", &mut separators),
+        ("sort_keys", &mut sort_keys),
+    ] {
+        if let Some(v) = kwargs.get::<Option<Value>>(name)? {
+            *slot = Some(v);
+        }
+    }
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) if v.as_str().is_some() => Some(v.as_str().unwrap_or_default().to_owned()),
+        Some(v) => {
+            let n = i64::try_from(v).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be an int or str",
+                )
+            })?;
+            Some(" ".repeat(usize::try_from(n).unwrap_or(0)))
+        }
+    };
+    let (item_sep, key_sep) = match separators.filter(|v| !v.is_none()) {
+        Some(v) => {
+            let parts: Vec<Value> = v.try_iter()?.collect();
+            match parts.as_slice() {
+                [a, b] => (py_str(a), py_str(b)),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: separators must be an (item_separator, key_separator) pair",
+                    ));
+                }
+            }
+        }
+        None if indent.is_some() => (",".to_owned(), ": ".to_owned()),
+        None => (", ".to_owned(), ": ".to_owned()),
+    };
+    let opts = JsonOptions {
+        ensure_ascii: ensure_ascii.is_some_and(|v| v.is_true()),
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: sort_keys.is_some_and(|v| v.is_true()),
+    };
+    let mut out = String::new();
+    write_json(&mut out, value, &opts, 0)?;
+    Ok(Value::from(out))
+}
+
+struct JsonOptions {
+    ensure_ascii: bool,
+    indent: Option<String>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+}
+
+fn json_type_error(value: &Value) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!(
+            "Object of type {} is not JSON serializable",
+            py_type_name(value)
+        ),
+    )
+}
+
+fn write_json_newline(out: &mut String, opts: &JsonOptions, level: usize) {
+    if let Some(indent) = &opts.indent {
+        out.push('\n');
+        for _ in 0..level {
+            out.push_str(indent);
+        }
+    }
+}
+
+fn write_json(
+    out: &mut String,
+    value: &Value,
+    opts: &JsonOptions,
+    level: usize,
+) -> Result<(), Error> {
+    if level > MAX_REPR_DEPTH {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: maximum recursion depth exceeded",
+        ));
+    }
+    match value.kind() {
+        ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if value.is_integer() {
+                let _ = write!(out, "{value}");
+            } else {
+                let f = f64::try_from(value.clone()).unwrap_or(f64::NAN);
+                if f.is_nan() {
+                    out.push_str("NaN");
+                } else if f.is_infinite() {
+                    out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+                } else {
+                    write_py_float(out, f);
+                }
+            }
+        }
+        ValueKind::String => {
+            write_json_str(out, value.as_str().unwrap_or_default(), opts.ensure_ascii);
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = value.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&opts.item_sep);
+                }
+                write_json_newline(out, opts, level + 1);
+                write_json(out, item, opts, level + 1)?;
+            }
+            write_json_newline(out, opts, level);
+            out.push(']');
+        }
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = value.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            if opts.sort_keys {
+                if keys.iter().any(|k| k.kind() != keys[0].kind()) {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "'<' not supported between instances of different key types",
+                    ));
+                }
+                keys.sort();
+            }
+            out.push('{');
+            for (i, key) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&opts.item_sep);
+                }
+                write_json_newline(out, opts, level + 1);
+                let key_text = match key.kind() {
+                    ValueKind::String => key.as_str().unwrap_or_default().to_owned(),
+                    ValueKind::None => "null".to_owned(),
+                    ValueKind::Bool => (if key.is_true() { "true" } else { "false" }).to_owned(),
+                    ValueKind::Number => {
+                        let mut s = String::new();
+                        write_json(&mut s, key, opts, level + 1)?;
+                        s
+                    }
+                    _ => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidOperation,
+                            format!(
+                                "keys must be str, int, float, bool or None, not {}",
+                                py_type_name(key)
+                            ),
+                        ));
+                    }
+                };
+                write_json_str(out, &key_text, opts.ensure_ascii);
+                out.push_str(&opts.key_sep);
+                let item = value.get_item(key)?;
+                write_json(out, &item, opts, level + 1)?;
+            }
+            write_json_newline(out, opts, level);
+            out.push('}');
+        }
+        _ => return Err(json_type_error(value)),
+    }
+    Ok(())
+}
+
+/// A JSON string literal as Python's `json.dumps` writes it.
+pub fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c if ensure_ascii && !c.is_ascii() => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(clippy::needless_pass_by_value)]
+    fn render(src: &str, ctx: Value) -> Result<String, ChatError> {
+        ChatTemplate::compile(src)?.render_context(&ctx)
+    }
+
+    fn ctx(pairs: &[(&str, Value)]) -> Value {
+        let mut m = Map::new();
+        for (k, v) in pairs {
+            m.insert(Value::from(*k), v.clone());
+        }
+        Value::from(m)
+    }
+
+    #[test]
+    fn python_str_of_values() {
+        let out = render(
+            "{{ a }}|{{ b }}|{{ c }}|{{ d }}|{{ e }}|{{ f }}",
+            ctx(&[
+                ("a", Value::from(())),
+                ("b", Value::from(true)),
+                ("c", Value::from(1.0)),
+                ("d", Value::from(vec![Value::from(1), Value::from("it's")])),
+                ("e", Value::from(1e16)),
+                ("f", Value::from(0.0001)),
+            ]),
+        );
+        assert_eq!(
+            out.as_deref(),
+            Ok("None|True|1.0|[1, \"it's\"]|1e+16|0.0001")
+        );
+    }
+
+    #[test]
+    fn py_float_repr_matches_python() {
+        for (f, want) in [
+            (0.1, "0.1"),
+            (1e-5, "1e-05"),
+            (123_456.789, "123456.789"),
+            (-2.5e-7, "-2.5e-07"),
+            (1e15, "1000000000000000.0"),
+            (1.5e300, "1.5e+300"),
+            (0.0, "0.0"),
+        ] {
+            let mut s = String::new();
+            write_py_float(&mut s, f);
+            assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn tojson_is_json_dumps() {
+        let mut m = Map::new();
+        m.insert(Value::from("b"), Value::from("<é>"));
+        m.insert(
+            Value::from("a"),
+            Value::from(vec![Value::from(1), Value::from(())]),
+        );
+        let c = ctx(&[("x", Value::from(m))]);
+        assert_eq!(
+            render("{{ x | tojson }}", c.clone()).as_deref(),
+            Ok(r#"{"b": "<é>", "a": [1, null]}"#)
+        );
+        assert_eq!(
+            render("{{ x | tojson(indent=2, sort_keys=true) }}", c.clone()).as_deref(),
+            Ok("{\n  \"a\": [\n    1,\n    null\n  ],\n  \"b\": \"<é>\"\n}")
+        );
+        assert_eq!(
+            render(
+                "{{ x | tojson(ensure_ascii=true, separators=(',', ':')) }}",
+                c
+            )
+            .as_deref(),
+            Ok(r#"{"b":"<\u00e9>","a":[1,null]}"#)
+        );
+    }
+
+    #[test]
+    fn raise_exception_is_its_own_error() {
+        let err = render("{{ raise_exception('no system role') }}", ctx(&[]));
+        assert_eq!(err, Err(ChatError::Raised("no system role".into())));
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        assert!(matches!(
+            ChatTemplate::compile("{% if %}"),
+            Err(ChatError::Syntax(_))
+        ));
+        assert!(matches!(
+            ChatTemplate::compile("{% for x in y %}"),
+            Err(ChatError::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn generation_tags_render_their_body() {
+        let out = render("a\n{%- generation -%}\n b {% endgeneration %}\nc", ctx(&[]));
+        assert_eq!(out.as_deref(), Ok("ab c"));
+        assert_eq!(
+            rewrite_generation_tags("{% generation %}x{%endgeneration%}"),
+            "{% if true %}x{%endif%}"
+        );
+        assert_eq!(
+            rewrite_generation_tags("{{ generation }}{% generations %}"),
+            "{{ generation }}{% generations %}"
+        );
+    }
+
+    #[test]
+    fn python_whitespace_and_methods() {
+        let c = ctx(&[("s", Value::from("\u{1f} a  b \n"))]);
+        assert_eq!(
+            render("[{{ s.strip() }}]", c.clone()).as_deref(),
+            Ok("[a  b]")
+        );
+        assert_eq!(
+            render("{{ s.split() }}", c.clone()).as_deref(),
+            Ok("['a', 'b']")
+        );
+        assert_eq!(render("{{ s | trim }}", c).as_deref(), Ok("a  b"));
+        let c = ctx(&[("s", Value::from("a,b,c"))]);
+        assert_eq!(
+            render("{{ s.split(',', 1) }}", c).as_deref(),
+            Ok("['a', 'b,c']")
+        );
+    }
+
+    #[test]
+    fn trim_blocks_and_loop_controls() {
+        let src =
+            "{% for m in xs %}\n  {% if m == 2 %}{% continue %}{% endif %}\n{{ m }}\n{% endfor %}";
+        let c = ctx(&[("xs", Value::from(vec![1, 2, 3]))]);
+        assert_eq!(render(src, c).as_deref(), Ok("1\n3\n"));
+    }
+
+    fn msg(role: &str, content: &str) -> Map {
+        let mut m = Map::new();
+        m.insert(Value::from("role"), Value::from(role));
+        m.insert(Value::from("content"), Value::from(content));
+        m
+    }
+
+    const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+    #[test]
+    fn continue_final_message_cuts_after_the_message() {
+        let t = ChatTemplate::compile(CHATML).unwrap_or_else(|e| unreachable!("{e}"));
+        let opts = RenderOptions {
+            add_generation_prompt: false,
+            continue_final: Some("content".into()),
+        };
+        let out = t.render_conversation(
+            vec![msg("user", "hi"), msg("assistant", "Sure, ")],
+            &[],
+            &opts,
+        );
+        assert_eq!(
+            out.as_deref(),
+            Ok("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nSure, ")
+        );
+        let err = t.render_conversation(vec![], &[], &opts);
+        assert!(matches!(err, Err(ChatError::Input(_))));
+    }
+
+    #[test]
+    fn reasoning_fields_are_aliased() {
+        let mut m = msg("assistant", "x");
+        m.insert(Value::from("reasoning"), Value::from("r"));
+        let m = alias_reasoning(m);
+        let keys: Vec<String> = m.keys().map(py_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "thinking",
+                "role",
+                "content",
+                "reasoning",
+                "reasoning_content"
+            ]
+        );
+    }
+}
