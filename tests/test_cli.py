@@ -306,6 +306,48 @@ def test_render_api_messages(work: Path) -> None:
     assert rec["sha256"] == sha(json.dumps(rec["prompt"], ensure_ascii=False))
 
 
+CHAT_JINJA = (
+    "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
+    "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+
+
+def test_render_through_a_chat_template(work: Path) -> None:
+    """--chat-template: API parse (the model's meta template), chat messages, the template."""
+    (work / "chat.jinja").write_text(CHAT_JINJA, encoding="utf-8")
+    config = {"chat_template": CHAT_JINJA, "bos_token": "<s>", "eos_token": {"content": "</s>"}}
+    (work / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    args = ["dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    args += ["--model", "api_model.py"]
+    q = QUESTION.format
+    shots = "".join(
+        f"[user]{q(**r)}</s>[assistant]{r['answer']}\n</s>" for r in (TRAIN[0], TRAIN[2])
+    )
+    want = f"<s>[system]Answer the questions.</s>{shots}[user]{q(**ROWS[0])}</s>[assistant]"
+    rec = records(ok(work, "render", *args, "--chat-template", "tokenizer_config.json").stdout)[0]
+    assert rec["prompt"] == want
+    assert rec["sha256"] == sha(want)
+    # a bare .jinja file has no special tokens: they render as nothing
+    rec = records(ok(work, "render", *args, "--chat-template", "chat.jinja").stdout)[0]
+    assert rec["prompt"] == want.replace("<s>", "").replace("</s>", "")
+    shown = ok(work, "show", *args, "--chat-template", "chat.jinja", "-n", "1").stdout
+    assert "chat template chat.jinja" in shown
+
+
+def test_chat_template_errors(work: Path) -> None:
+    (work / "bad.jinja").write_text("{% for m in messages %}", encoding="utf-8")
+    args = ["dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    err = fails(work, "render", *args, "--chat-template", "bad.jinja")
+    assert "bad.jinja" in err
+    assert "syntax" in err
+    err = fails(work, "render", *args, "--chat-template", "missing.json")
+    assert "missing.json" in err
+    (work / "raises.jinja").write_text("{{ raise_exception('no system role here') }}", "utf-8")
+    err = fails(work, "render", *args, "--chat-template", "raises.jinja", "--out", "o.jsonl")
+    assert "no system role here" in err
+    assert not (work / "o.jsonl").exists()
+
+
 def test_render_limit(work: Path) -> None:
     recs = records(
         ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--limit", "2").stdout

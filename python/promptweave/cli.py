@@ -412,6 +412,7 @@ def _prepare(
     tokenizer: str | None = None,
     max_seq_len: int | None = None,
     infer_mode: str | None = None,
+    chat_template: str | None = None,
     progress: _Progress | None = None,
 ) -> _Job:
     from promptweave.dataset import DatasetRenderer
@@ -428,6 +429,13 @@ def _prepare(
     if train is not None:
         train_rows = read_rows(train, phase(f"reading {train}") if phase else None)
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
+    chat = None
+    if chat_template is not None:
+        from promptweave.chat_template import ChatTemplate
+
+        with _errors_as_cli(f"chat template {chat_template}"):
+            chat = ChatTemplate.from_file(chat_template)
+        model_name = f"{model_name} + chat template {os.path.basename(chat_template)}"
     with _errors_as_cli(f"dataset {name}"):
         renderer = DatasetRenderer.from_config(
             ds,
@@ -439,6 +447,7 @@ def _prepare(
             max_seq_len=max_seq_len,
             token_counter=tok,
             infer_mode=infer_mode,
+            chat_template=chat,
         )
     return _Job(
         renderer,
@@ -448,7 +457,7 @@ def _prepare(
         train_rows if train_rows is not None else test_rows,
         name,
         model_name,
-        api,
+        api and chat is None,
         as_token_counter(tok) if tok is not None else None,
     )
 
@@ -916,6 +925,15 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--api",
             is_flag=True,
             help="Render for an API model: message lists (APITemplateParser).",
+        ),
+        click.option(
+            "--chat-template",
+            metavar="FILE",
+            help="Render for a local chat model: parse with the API parser (--model's "
+            "meta_template, else the framework's default chat meta template), convert to chat "
+            "messages and apply this HuggingFace chat template (a tokenizer_config.json or a "
+            ".jinja file) with add_generation_prompt=True, as the reference's chat-template "
+            "models do. Prompts are then strings. gen mode only.",
         ),
         click.option(
             "--flavor",

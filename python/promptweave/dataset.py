@@ -22,6 +22,7 @@ for ``infer_mode`` ``'every_with_gt'`` or ``'last'``; ``'every'`` needs the mode
 from __future__ import annotations
 
 import gc
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from typing import Any, Literal, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
+from promptweave.chat_models import chat_meta_template, convert_chat_messages
+from promptweave.chat_template import ChatTemplate
 from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.tokens import TokenCounter, as_token_counter
 
@@ -84,6 +87,8 @@ class RenderResult:
         rust_rows: how many rows the Rust job rendered (the rest went row by row).
         infer_mode: the multi-turn ``infer_mode`` the requests are of (``None`` for other
             templates).
+        messages: with a chat template, the chat messages each prompt was rendered from
+            (``None`` otherwise).
     """
 
     prompts: list[Any]
@@ -93,6 +98,7 @@ class RenderResult:
     missing_columns: dict[str, int] = field(default_factory=dict)
     rust_rows: int = 0
     infer_mode: str | None = None
+    messages: list[Any] | None = None
 
 
 class DatasetRenderer:
@@ -120,6 +126,13 @@ class DatasetRenderer:
             ``MultiTurnGenInferencer``). ``'every'`` is refused: its requests hold the model's
             replies (use :func:`promptweave.aisbench.multiturn_requests` with ``generate=``).
             Not used by other templates.
+        chat_template: render for a local chat model (HuggingFace/vLLM/LMDeploy "with chat
+            template"): a :class:`~promptweave.ChatTemplate`, or a path to a
+            ``tokenizer_config.json`` / ``.jinja`` file. Prompts are parsed with the API parser
+            (``meta_template``, else the framework's default chat meta template, see
+            :mod:`promptweave.chat_models`), converted to chat messages and rendered with
+            ``add_generation_prompt=True``; every prompt is then a ``str``
+            (:attr:`RenderResult.messages` keeps the messages). gen mode only.
     """
 
     def __init__(
@@ -138,6 +151,7 @@ class DatasetRenderer:
         normalizing_str: str | None = None,
         threads: int | None = None,
         infer_mode: str | None = None,
+        chat_template: Any = None,
     ) -> None:
         if flavor not in (OPENCOMPASS, AISBENCH):
             raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
@@ -165,6 +179,17 @@ class DatasetRenderer:
         if self.flow == "multiturn":
             self.infer_mode = self._infer_mode(infer_mode)
         self.labels = list(labels) if labels is not None else None
+        self.chat_template: ChatTemplate | None = None
+        if chat_template is not None:
+            if self.mode == "ppl":
+                raise ArgumentError(
+                    "a chat template renders generation prompts (add_generation_prompt=True, as "
+                    "the reference's chat models); it cannot be used in ppl mode"
+                )
+            self.chat_template = _as_chat_template(chat_template)
+            # a chat model parses with an API parser: its meta template, else the default one
+            api = True
+            meta_template = meta_template or chat_meta_template(flavor)
         self.api = api
         self.meta_template = meta_template
         if getattr(self.template, "prompt_type", None) == "raw_messages" and not api:
@@ -409,9 +434,38 @@ class DatasetRenderer:
         # the Rust job only takes rows that all have the same columns: one row tells for all
         uniform = rust_rows == len(test_rows)
         missing = self._missing_columns(test_rows, train_rows, indices, False, uniform)
+        messages = None
+        if self.chat_template is not None:
+            prompts, messages = self._apply_chat_template(prompts)
         return RenderResult(
-            prompts, used, labels, self.mode, missing, rust_rows, infer_mode=self.infer_mode
+            prompts,
+            used,
+            labels,
+            self.mode,
+            missing,
+            rust_rows,
+            infer_mode=self.infer_mode,
+            messages=messages,
         )
+
+    def _apply_chat_template(self, prompts: list[Any]) -> tuple[list[Any], list[Any]]:
+        """Parsed prompts -> chat messages -> the chat template's strings (a multi-turn row's
+        requests each)."""
+        assert self.chat_template is not None
+        nested = self.flow == "multiturn"
+        flat = [p for row in prompts for p in row] if nested else prompts
+        conversations = convert_chat_messages(flat)
+        texts = self.chat_template.render_many(conversations, add_generation_prompt=True)
+        if not nested:
+            return texts, conversations
+        out_texts: list[Any] = []
+        out_messages: list[Any] = []
+        at = 0
+        for row in prompts:
+            out_texts.append(texts[at : at + len(row)])
+            out_messages.append(conversations[at : at + len(row)])
+            at += len(row)
+        return out_texts, out_messages
 
     def _labels(self, test_rows: list[dict[str, Any]]) -> list[Any]:
         """``get_labels`` (spec 04 §4.2); the last rule keeps the reference's set order."""
@@ -631,6 +685,18 @@ class DatasetRenderer:
         if isinstance(parsed, list) and not isinstance(parsed, self._m.PromptList):
             return sum(counter(str(p)) for p in parsed)
         return counter(str(parsed))
+
+
+def _as_chat_template(value: Any) -> ChatTemplate:
+    """A :class:`ChatTemplate`, or one loaded from a tokenizer config / ``.jinja`` path."""
+    if isinstance(value, ChatTemplate):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return ChatTemplate.from_file(value)
+    raise ArgumentError(
+        "chat_template must be a ChatTemplate or a path to a tokenizer_config.json / .jinja "
+        f"file, got {type(value).__name__}"
+    )
 
 
 def _slots(template: Any) -> set[str]:

@@ -1,0 +1,144 @@
+"""The chat-model bridge: from a parsed prompt to a model's chat template (spec 02 §4).
+
+OpenCompass's and AISBench's local chat models (HuggingFace, vLLM, LMDeploy "with chat template")
+do not use a string meta template. They parse the dataset prompt with an ``APITemplateParser``
+(the model config's ``meta_template``, else a default), turn the resulting role list into
+OpenAI-style messages, and hand those to ``tokenizer.apply_chat_template(messages,
+add_generation_prompt=True, tokenize=False)``. This module reproduces the two steps before the
+template; :class:`promptweave.ChatTemplate` is the template.
+
+The defaults differ between the frameworks, and that difference shows in the prompts:
+
+* OpenCompass maps ``SYSTEM`` to a *round* role spoken as ``HUMAN`` (its system-role fallback),
+  so every user turn ends with ``"\\n"`` and a system prompt is folded into the first user turn;
+* AISBench keeps ``SYSTEM`` as a reserved role with ``api_role='SYSTEM'``: a system message
+  stays one, and user turns have no trailing newline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from promptweave._flavor import AISBENCH, OPENCOMPASS
+from promptweave.errors import PromptTypeError, UnknownRoleError, make_error
+
+__all__ = [
+    "CHAT_ROLES",
+    "chat_meta_template",
+    "chat_parser",
+    "convert_base_messages",
+    "convert_chat_messages",
+]
+
+#: the role names the conversion knows (any other role is an error, as in the reference)
+CHAT_ROLES = {"HUMAN": "user", "BOT": "assistant", "SYSTEM": "system"}
+
+
+def chat_meta_template(flavor: str = OPENCOMPASS) -> dict[str, Any]:
+    """The meta template a chat model uses when its config has none (a fresh dict)."""
+    if flavor == AISBENCH:
+        return {
+            "round": [
+                {"role": "HUMAN", "api_role": "HUMAN"},
+                {"role": "BOT", "api_role": "BOT", "generate": True},
+            ],
+            "reserved_roles": [{"role": "SYSTEM", "api_role": "SYSTEM"}],
+        }
+    if flavor != OPENCOMPASS:
+        raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
+    return {
+        "round": [
+            {"role": "HUMAN", "api_role": "HUMAN"},
+            # OpenCompass speaks SYSTEM as HUMAN on purpose
+            {"role": "SYSTEM", "api_role": "HUMAN"},
+            {"role": "BOT", "api_role": "BOT", "generate": True},
+        ]
+    }
+
+
+def chat_parser(meta_template: Any = None, flavor: str = OPENCOMPASS) -> Any:
+    """The ``APITemplateParser`` a chat model parses prompts with: its own meta template, or
+    :func:`chat_meta_template` when it has none (an empty one counts as none)."""
+    from promptweave import aisbench, opencompass
+
+    module: Any = aisbench if flavor == AISBENCH else opencompass
+    return module.APITemplateParser(meta_template or chat_meta_template(flavor))
+
+
+def _message(item: Any, index: int) -> dict[str, Any]:
+    if not isinstance(item, Mapping):
+        raise make_error(
+            PromptTypeError,
+            f"prompt item {index} is a {type(item).__name__}, not a role dict "
+            "(did the prompt go through the API parser?)",
+            compat=TypeError,
+            path=f"prompt[{index}]",
+        )
+    if "prompt" not in item:
+        raise make_error(
+            UnknownRoleError,
+            f"prompt item {index} has no 'prompt' key: {dict(item)!r}",
+            compat=KeyError,
+            path=f"prompt[{index}]",
+        )
+    role = item.get("role")
+    if role not in CHAT_ROLES:
+        raise make_error(
+            UnknownRoleError,
+            f"prompt item {index} has role {role!r}; a chat model takes HUMAN, BOT and SYSTEM",
+            compat=KeyError,
+            path=f"prompt[{index}]",
+        )
+    return {"role": CHAT_ROLES[role], "content": item["prompt"]}
+
+
+def convert_chat_messages(
+    inputs: Iterable[Any], merge_role: bool = True, skip_empty_prompt: bool = True
+) -> list[list[dict[str, Any]]]:
+    """Parsed prompts (a ``str`` or a role list each) -> chat messages, as the reference's
+    ``_convert_chat_messages``: a string is one user message; items with an empty prompt are
+    skipped; ``HUMAN``/``BOT``/``SYSTEM`` become ``user``/``assistant``/``system``;
+    consecutive messages of one role are merged with ``"\\n"``."""
+    outputs: list[list[dict[str, Any]]] = []
+    for prompt in inputs:
+        messages: list[dict[str, Any]] = []
+        if isinstance(prompt, str):
+            messages.append({"role": "user", "content": prompt})
+        else:
+            for i, item in enumerate(prompt):
+                if skip_empty_prompt and isinstance(item, Mapping) and not item.get("prompt", 1):
+                    continue
+                messages.append(_message(item, i))
+        if merge_role:
+            merged: list[dict[str, Any]] = []
+            for m in messages:
+                if merged and merged[-1]["role"] == m["role"]:
+                    merged[-1]["content"] += "\n" + m["content"]
+                else:
+                    merged.append(m)
+            messages = merged
+        outputs.append(messages)
+    return outputs
+
+
+def convert_base_messages(inputs: Iterable[Any]) -> list[str]:
+    """Parsed prompts -> one string each for a base (non-chat) model: the items' prompts joined
+    with no separator, as the reference's ``_convert_base_messages``."""
+    outputs: list[str] = []
+    for prompt in inputs:
+        if isinstance(prompt, str):
+            outputs.append(prompt)
+            continue
+        parts = []
+        for i, item in enumerate(prompt):
+            if not isinstance(item, Mapping) or "prompt" not in item:
+                raise make_error(
+                    PromptTypeError,
+                    f"prompt item {i} is not a role dict with a 'prompt'",
+                    compat=KeyError if isinstance(item, Mapping) else TypeError,
+                    path=f"prompt[{i}]",
+                )
+            parts.append(item["prompt"])
+        outputs.append("".join(parts))
+    return outputs

@@ -1,0 +1,233 @@
+"""The chat-model bridge (spec 02 §4): parsed prompt -> chat messages -> chat template.
+
+* The spec's golden cases HF-01..HF-05 (default chat meta template of each framework, the
+  PromptList -> messages conversion, the base-model join) run against
+  :mod:`promptweave.chat_models`.
+* :class:`promptweave.DatasetRenderer` with ``chat_template=`` is compared, on real dataset
+  configs of both wheels, with the reference's whole chat-model path: the reference retriever and
+  templates, the reference chat model's default ``APITemplateParser``, its
+  ``_convert_chat_messages`` and transformers' ``apply_chat_template(...,
+  add_generation_prompt=True, tokenize=False)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+import _golden_ns  # noqa: E402
+import test_dataset_configs as tdc  # noqa: E402
+
+import promptweave as pw  # noqa: E402
+from promptweave import chat_models  # noqa: E402
+from promptweave.errors import PromptRenderError  # noqa: E402
+
+FLAVOR = {"oc": "opencompass", "ais": "aisbench"}
+HF_CASES = ("HF-01", "HF-02", "HF-03", "HF-04", "HF-05")
+
+# our own small templates in the two most common layouts (the real-template conformance lives
+# in test_chat_template.py)
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+LLAMA3 = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
+    "\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def _golden() -> dict[str, Any]:
+    path = _golden_ns.golden_dir() / "golden.json"
+    with path.open(encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def _hf(flavor: str) -> SimpleNamespace:
+    """promptweave's counterpart of the reference chat-model module used by the HF cases."""
+    return SimpleNamespace(
+        _get_meta_template=lambda meta: chat_models.chat_parser(meta, flavor),
+        _convert_chat_messages=chat_models.convert_chat_messages,
+        _convert_base_messages=chat_models.convert_base_messages,
+    )
+
+
+def _case_code(case_id: str) -> str:
+    # the spec's case list lives in the golden dir
+    sys.path.insert(0, str(_golden_ns.golden_dir()))
+    try:
+        import cases_parsers
+    finally:
+        sys.path.pop(0)
+    for cid, _fw, code in cases_parsers.CASES:
+        if cid == case_id:
+            return str(code)
+    raise LookupError(case_id)
+
+
+def _hf_params() -> list[tuple[str, str]]:
+    golden = _golden()
+    return [(cid, fw) for cid in HF_CASES for fw in ("oc", "ais") if fw in golden[cid]]
+
+
+@pytest.mark.parametrize(("case_id", "fw"), _hf_params())
+def test_hf_golden_case(case_id: str, fw: str) -> None:
+    expected = _golden()[case_id][fw]
+    ns = _golden_ns.namespace(fw)
+    ns["HF"] = lambda: _hf(FLAVOR[fw])
+    code = _case_code(case_id)
+    if "raises" in expected:
+        exc_type = {"KeyError": KeyError, "TypeError": TypeError}[expected["raises"]]
+        with pytest.raises(exc_type) as info:
+            exec(code, ns)
+        assert isinstance(info.value, PromptRenderError)
+        return
+    exec(code, ns)
+    result = ns["result"]
+    assert repr(result) == expected["repr"]
+    assert type(result).__name__ == expected["type"]
+
+
+def test_convert_chat_messages_errors_name_the_item() -> None:
+    with pytest.raises(KeyError, match=r"item 1 has role 'TOOL'"):
+        chat_models.convert_chat_messages(
+            [[{"role": "HUMAN", "prompt": "q"}, {"role": "TOOL", "prompt": "t"}]]
+        )
+    with pytest.raises(TypeError, match="not a role dict"):
+        chat_models.convert_chat_messages([["raw text"]])
+
+
+# ------------------------------------------------------------------ whole datasets vs reference
+
+
+@pytest.fixture(autouse=True)
+def _quiet_reference_logs() -> Iterator[None]:
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _tokenizer(template: str) -> Any:
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+        chat_template=template,
+    )
+
+
+def _ref_chat_module(fw: str) -> Any:
+    refload = _golden_ns.import_refload()
+    with contextlib.redirect_stderr(io.StringIO()):
+        return refload.opencompass_hf_chat() if fw == "oc" else refload.aisbench_hf_chat()
+
+
+#: dataset configs compared per framework (gen configs of the corpus, every k-th)
+PER_FRAMEWORK = {"oc": 40, "ais": 15}
+
+
+@pytest.mark.parametrize("template_name", ["chatml", "llama3"])
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_dataset_with_chat_template_matches_reference(
+    fw: str, template_name: str, reference: dict[str, Any]
+) -> None:
+    template = CHATML if template_name == "chatml" else LLAMA3
+    tok = _tokenizer(template)
+    hf = _ref_chat_module(fw)
+    ours_template = pw.ChatTemplate(template, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    M = reference[fw]
+    cases = [c for c in tdc._corpus(fw).cases if c.mode == "gen"]
+    step = max(1, len(cases) // PER_FRAMEWORK[fw])
+    compared = rows_compared = 0
+    mismatches: list[str] = []
+    for case in cases[::step]:
+        rows = tdc.make_rows(case)
+        if isinstance(rows, str):
+            continue
+        ref = tdc.RefPipeline(M, fw, case.infer_cfg, case.reader_cfg, rows)
+        built = ref.build("gen")
+        if built.errors or built.prompts is None:
+            continue
+        parser = hf._get_meta_template(None)
+        parsed = [parser.parse_template(p, mode="gen") for p in built.prompts]
+        messages = hf._convert_chat_messages(parsed)
+        expected = [
+            tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages
+        ]
+        renderer = pw.DatasetRenderer(
+            case.infer_cfg, case.reader_cfg, flavor=FLAVOR[fw], chat_template=ours_template
+        )
+        result = renderer.render(rows.test, rows.train)
+        compared += 1
+        rows_compared += len(expected)
+        if result.messages != messages:
+            mismatches.append(f"{case.rel}: messages differ")
+        if result.prompts != expected:
+            first = next(
+                i for i, (a, b) in enumerate(zip(result.prompts, expected, strict=True)) if a != b
+            )
+            mismatches.append(
+                f"{case.rel}: row {first}: {result.prompts[first]!r} != {expected[first]!r}"
+            )
+    print(f"{fw}/{template_name}: {compared} dataset configs, {rows_compared} rows compared")
+    assert compared >= PER_FRAMEWORK[fw] // 2, compared
+    assert not mismatches, "\n".join(mismatches[:10])
+    assert rows_compared > 0
+
+
+def test_chat_template_refuses_ppl() -> None:
+    cfg = {
+        "prompt_template": {"template": {"A": "{q} A", "B": "{q} B"}},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "PPLInferencer"},
+    }
+    with pytest.raises(ValueError, match="ppl mode"):
+        pw.DatasetRenderer(cfg, {"input_columns": ["q"]}, chat_template=pw.ChatTemplate(CHATML))
+
+
+def test_system_fallback_differs_between_frameworks() -> None:
+    """OpenCompass speaks SYSTEM as HUMAN (user turns end with a newline); AISBench keeps a
+    system message."""
+    cfg = {
+        "prompt_template": {
+            "template": {
+                "begin": [{"role": "SYSTEM", "fallback_role": "HUMAN", "prompt": "Be brief."}],
+                "round": [
+                    {"role": "HUMAN", "prompt": "{q}"},
+                    {"role": "BOT", "prompt": "{a}"},
+                ],
+            }
+        },
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    reader = {"input_columns": ["q"], "output_column": "a"}
+    rows = [{"q": "2+2?", "a": "4"}]
+    t = pw.ChatTemplate(CHATML)
+    oc = pw.DatasetRenderer(cfg, reader, chat_template=t).render(rows)
+    ais = pw.DatasetRenderer(cfg, reader, flavor="aisbench", chat_template=t).render(rows)
+    assert oc.prompts == ["<|im_start|>user\nBe brief.\n2+2?\n<|im_end|>\n<|im_start|>assistant\n"]
+    assert ais.prompts == [
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    ]
