@@ -7,7 +7,7 @@ PIP := $(VENV)/bin/pip
 REF_PINS := opencompass==0.5.4 ais-bench-benchmark==3.1.20260630
 # the reference wheels are installed without their (heavy, GPU) dependencies; these are the ones
 # their prompt-building modules import (see ../shared/spec/golden/refload.py)
-REF_DEPS := mmengine-lite numpy datasets transformers packaging addict pyyaml rich termcolor yapf
+REF_DEPS := mmengine-lite numpy datasets transformers==5.24.0 packaging addict pyyaml rich termcolor yapf
 
 .PHONY: help
 help:  ## list the targets
@@ -16,7 +16,7 @@ help:  ## list the targets
 $(VENV)/.installed: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "maturin>=1.9.4,<2" pytest hypothesis pytest-benchmark mypy ruff click pyarrow
+	$(PIP) install -q "maturin>=1.9.4,<2" pytest hypothesis pytest-benchmark mypy ruff click pyarrow jinja2 minijinja
 	$(PIP) install -q --no-deps $(REF_PINS)
 	$(PIP) install -q $(REF_DEPS)
 	touch $@

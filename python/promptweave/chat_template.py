@@ -119,7 +119,9 @@ def _templates_of(value: Any, where: str) -> dict[str, str] | str:
         named = {}
         for i, entry in enumerate(value):
             if not (isinstance(entry, Mapping) and "name" in entry and "template" in entry):
-                raise ConfigError(f"{where}: chat_template[{i}] must be a dict with 'name' and 'template'")
+                raise ConfigError(
+                    f"{where}: chat_template[{i}] must be a dict with 'name' and 'template'"
+                )
             named[entry["name"]] = entry["template"]
     else:
         raise ConfigError(f"{where}: has no chat_template (got {type(value).__name__})")
@@ -157,7 +159,9 @@ class ChatTemplate:
         system_separator: str = "\n\n",
     ) -> None:
         if double_bos not in ("warn", "error", "ignore"):
-            raise ArgumentError(f"double_bos must be 'warn', 'error' or 'ignore', got {double_bos!r}")
+            raise ArgumentError(
+                f"double_bos must be 'warn', 'error' or 'ignore', got {double_bos!r}"
+            )
         if system not in ("keep", "merge", "auto"):
             raise ArgumentError(f"system must be 'keep', 'merge' or 'auto', got {system!r}")
         named = _templates_of(template, "template")
@@ -223,7 +227,11 @@ class ChatTemplate:
     # -- template selection -----------------------------------------------------------------
 
     def _sources(self) -> list[str]:
-        return [self._default_source] if self._default_source is not None else list(self._named.values())
+        return (
+            [self._default_source]
+            if self._default_source is not None
+            else list(self._named.values())
+        )
 
     @property
     def template(self) -> str | dict[str, str]:
@@ -288,7 +296,9 @@ class ChatTemplate:
         return list(variables.items())
 
     @staticmethod
-    def _continue_field(continue_final_message: bool | str, add_generation_prompt: bool) -> str | None:
+    def _continue_field(
+        continue_final_message: bool | str, add_generation_prompt: bool
+    ) -> str | None:
         if not continue_final_message:
             return None
         if add_generation_prompt:
@@ -420,11 +430,10 @@ def _json_schema(func: Callable[..., Any]) -> Any:
     """A callable tool's JSON schema, as transformers' ``get_json_schema`` makes it (that
     function is used when transformers is installed)."""
     try:
-        from transformers.utils import get_json_schema
+        from transformers.utils.chat_template_utils import get_json_schema
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ChatInputError(
             "a callable tool needs transformers (pip install transformers) to build its JSON "
             "schema; pass the schema as a dict instead"
         ) from exc
     return get_json_schema(func)
-

