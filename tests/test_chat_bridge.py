@@ -231,3 +231,33 @@ def test_system_fallback_differs_between_frameworks() -> None:
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
         "<|im_start|>assistant\n"
     ]
+
+
+def test_demo_tokenizer_config_renders_like_transformers() -> None:
+    """The demo's chat_tokenizer_config.json (a ChatML-style template with a default system
+    prompt and ``trim``) renders as transformers renders it."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    path = Path(pw.__file__).parent / "demo" / "chat_tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        eos_token=config["eos_token"]["content"],
+        pad_token=config["pad_token"],
+        chat_template=config["chat_template"],
+    )
+    ours = pw.ChatTemplate.from_tokenizer_config(path)
+    convs = [
+        [{"role": "user", "content": " 2+2? \n"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "a1\n"},
+            {"role": "user", "content": "q2"},
+        ],
+    ]
+    for conv in convs:
+        for gen in (False, True):
+            want = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+            assert ours.render(conv, add_generation_prompt=gen) == want

@@ -777,6 +777,8 @@ def test_demo(work: Path) -> None:
     assert "[HUMAN]" in out
     assert "── label 'A'" in out
     assert "水的化学式是什么" in out
+    assert "chat template chat_tokenizer_config.json" in out
+    assert "<|im_start|>assistant⏎" in out
     assert "summary" in out
 
 

@@ -1043,16 +1043,39 @@ def show(dataset_config: str, n: int, strict: bool, **kw: Any) -> None:
     _show(_prepare(dataset_config, **kw), n=n, strict=strict)
 
 
-_DEMO_RUNS = (
+_DEMO_RUNS: tuple[tuple[str, str | None, bool, int, str, str | None], ...] = (
     (
         "mmlu_demo_gen.py",
         "chatml_model.py",
         False,
         2,
         "2-shot MMLU-style dialogue through a ChatML model (gen)",
+        None,
     ),
-    ("mmlu_demo_gen.py", "api_model.py", True, 1, "the same through an API model (message lists)"),
-    ("mmlu_demo_ppl.py", "chatml_model.py", False, 1, "perplexity prompts, one per option"),
+    (
+        "mmlu_demo_gen.py",
+        "api_model.py",
+        True,
+        1,
+        "the same through an API model (message lists)",
+        None,
+    ),
+    (
+        "mmlu_demo_gen.py",
+        None,
+        False,
+        1,
+        "the same through a chat-template model (tokenizer_config.json, rendered in Rust)",
+        "chat_tokenizer_config.json",
+    ),
+    (
+        "mmlu_demo_ppl.py",
+        "chatml_model.py",
+        False,
+        1,
+        "perplexity prompts, one per option",
+        None,
+    ),
 )
 
 
@@ -1062,20 +1085,22 @@ def demo() -> None:
     model, an API model and perplexity prompts."""
     with resources.as_file(resources.files("promptweave") / "demo") as directory:
         summary: list[str] = []
-        for dataset_file, model_file, api, n, title in _DEMO_RUNS:
+        for dataset_file, model_file, api, n, title, chat in _DEMO_RUNS:
             job = _prepare(
                 str(directory / dataset_file),
                 data=str(directory / "test.jsonl"),
                 train=str(directory / "train.jsonl"),
                 dataset=None,
-                model=str(directory / model_file),
+                model=str(directory / model_file) if model_file else None,
                 meta_template=None,
                 api=api,
                 flavor=None,
                 mode=None,
                 tokenizer=None,
+                chat_template=str(directory / chat) if chat else None,
             )
-            job.model = model_file
+            job.model = model_file or f"chat template {chat}"
+            model_file = model_file or chat or ""
             _show(job, n=n, strict=True, title=f"{title}: {dataset_file} + {model_file}")
             start = time.perf_counter()
             result = _render(job, None, limit=None, strict=True)
