@@ -90,7 +90,7 @@ fn convert_error(err: &Error) -> ChatError {
 fn describe(err: &Error) -> String {
     let mut msg = err.to_string();
     if let Some(line) = err.line() {
-        if !msg.contains("line ") {
+        if !msg.contains("line ") && !msg.contains(TEMPLATE_NAME) {
             let _ = write!(msg, " (line {line})");
         }
     }
@@ -719,16 +719,21 @@ fn py_method(
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
 
-fn py_split(s: &str, args: &[Value]) -> Result<Value, Error> {
-    let (sep, maxsplit) = match args {
-        [] => (None, -1),
-        [sep] => (sep.as_str().map(str::to_owned), -1),
-        [sep, max] => (
+/// The `(sep=None, maxsplit=-1)` arguments of `str.split` / `str.rsplit`.
+fn split_args(args: &[Value]) -> Result<(Option<String>, i64), Error> {
+    match args {
+        [] => Ok((None, -1)),
+        [sep] => Ok((sep.as_str().map(str::to_owned), -1)),
+        [sep, max] => Ok((
             sep.as_str().map(str::to_owned),
             i64::try_from(max.clone()).map_err(|_| Error::from(ErrorKind::InvalidOperation))?,
-        ),
-        _ => return Err(Error::from(ErrorKind::TooManyArguments)),
-    };
+        )),
+        _ => Err(Error::from(ErrorKind::TooManyArguments)),
+    }
+}
+
+fn py_split(s: &str, args: &[Value]) -> Result<Value, Error> {
+    let (sep, maxsplit) = split_args(args)?;
     let mut parts: Vec<Value> = Vec::new();
     if let Some(sep) = sep {
         if sep.is_empty() {
@@ -761,15 +766,7 @@ fn py_split(s: &str, args: &[Value]) -> Result<Value, Error> {
 
 /// Python's `str.rsplit(sep=None, maxsplit=-1)`.
 fn py_rsplit(s: &str, args: &[Value]) -> Result<Value, Error> {
-    let (sep, maxsplit) = match args {
-        [] => (None, -1),
-        [sep] => (sep.as_str().map(str::to_owned), -1),
-        [sep, max] => (
-            sep.as_str().map(str::to_owned),
-            i64::try_from(max.clone()).map_err(|_| Error::from(ErrorKind::InvalidOperation))?,
-        ),
-        _ => return Err(Error::from(ErrorKind::TooManyArguments)),
-    };
+    let (sep, maxsplit) = split_args(args)?;
     if maxsplit < 0 {
         return py_split(s, args);
     }
