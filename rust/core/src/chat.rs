@@ -320,6 +320,10 @@ fn cut_at_continue_tag(rendered: String, final_text: &str) -> Result<String, Cha
 /// transformers' `_alias_reasoning_fields`: a message with reasoning under any of its names gets
 /// it under `thinking` (first) and `reasoning_content` (last) too.
 fn alias_reasoning(message: Map) -> Map {
+    let named = |k: &Value| k.as_str().is_some_and(|k| REASONING_FIELDS.contains(&k));
+    if !message.keys().any(named) {
+        return message;
+    }
     let reasoning = REASONING_FIELDS.iter().find_map(|f| {
         message
             .get(&Value::from(*f))

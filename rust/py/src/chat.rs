@@ -117,6 +117,17 @@ impl<'py> Converter<'_, 'py> {
         let mut out = Vec::new();
         for item in obj.try_iter()? {
             let item = item?;
+            // the common case: a plain dict, converted once, None values skipped on the way
+            if let Ok(d) = item.cast_exact::<PyDict>() {
+                let mut map = Map::with_capacity(d.len());
+                for (k, v) in d.iter() {
+                    if !v.is_none() {
+                        map.insert(self.value(&k, 2)?, self.value(&v, 2)?);
+                    }
+                }
+                out.push(map);
+                continue;
+            }
             let value = self.value(&item, 1)?;
             let Some(entries) = value_map(&value) else {
                 return Err(PyTypeError::new_err(format!(
