@@ -126,6 +126,13 @@ def summarize(data: dict[str, Any]) -> str:
     if chat:
         lines.append("")
         lines.append(chat)
+    if any((b.get("extra_info") or {}).get("path") == "flows" for b in data.get("benchmarks", [])):
+        if str(BENCH_DIR) not in sys.path:
+            sys.path.insert(0, str(BENCH_DIR))
+        import bench_flows
+
+        lines.append("")
+        lines.append(bench_flows.summarize(data))
     return "\n".join(lines)
 
 

@@ -111,3 +111,13 @@ class CompiledChatTemplate:
         continue_final: str | None = None,
         threads: int | None = None,
     ) -> list[str]: ...
+
+def render_mm_rows(
+    rows: list[dict[str, Any]],
+    content_field: str,
+    strict: bool,
+    kinds: dict[str, tuple[dict[str, Any], str, bool, str]],
+    skeleton: list[tuple[dict[str, Any], str | None]],
+    wrap: Any | None = None,
+) -> list[Any]:
+    """Per ``MMPromptTemplate`` row, the API parser's messages around the row's content parts."""

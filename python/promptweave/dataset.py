@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -217,6 +218,7 @@ class DatasetRenderer:
         self.normalizing_str = normalizing_str
         # one thread by default: on 2 cores a second rendering thread measured no faster
         self.threads = threads if threads is not None else 1
+        self._batch_checked_columns = False
 
     @classmethod
     def from_config(
@@ -431,8 +433,10 @@ class DatasetRenderer:
         prompts, used, rust_rows = self._render_rows(
             test_rows, train_rows, indices, labels, retriever, progress
         )
-        # the Rust job only takes rows that all have the same columns: one row tells for all
-        uniform = rust_rows == len(test_rows)
+        # the Rust job only takes rows that all have the same columns: one row tells for all;
+        # the multimodal batch checked that every row has the content field (its only slot)
+        uniform = rust_rows == len(test_rows) or self._batch_checked_columns
+        self._batch_checked_columns = False
         missing = self._missing_columns(test_rows, train_rows, indices, False, uniform)
         messages = None
         if self.chat_template is not None:
@@ -499,6 +503,9 @@ class DatasetRenderer:
             weight = 1
             if uniform and rows:
                 rows, weight = rows[:1], len(rows)
+            elif len(rows) > 1:
+                # the rows that lack a slot (a dict's keys view compares with a set in C)
+                rows = [(i, row) for i, row in rows if not row.keys() >= slots]
             for i, row in rows:
                 for name in sorted(slots.difference(row)):
                     if strict:
@@ -540,7 +547,16 @@ class DatasetRenderer:
         retriever: Any,
         progress: Callable[[int], None] | None,
     ) -> tuple[list[Any], list[list[int]], int]:
+        if self.max_seq_len is None and not _backend.FORCE_PYTHON and labels is None:
+            fast = self._render_flow_batch(test, train, indices, retriever)
+            if fast is not None:
+                self._batch_checked_columns = self.flow == "multimodal"
+                if progress is not None:
+                    progress(len(test))
+                return fast, indices, 0
         if self.max_seq_len is None and not _backend.FORCE_PYTHON and self.flow is None:
+            if getattr(self.template, "prompt_type", None) == "raw_messages":
+                return self._render_rows_python(test, indices, labels, retriever, progress)
             sep, eos = self._separators(retriever)
             out = self._render_rust(test, train, indices, labels, sep, eos)
             if out is not None:
@@ -548,6 +564,17 @@ class DatasetRenderer:
                     progress(len(test))
                 return out, indices, len(test)
             _backend.note_fallback()
+        return self._render_rows_python(test, indices, labels, retriever, progress)
+
+    def _render_rows_python(
+        self,
+        test: list[dict[str, Any]],
+        indices: list[list[int]],
+        labels: list[Any] | None,
+        retriever: Any,
+        progress: Callable[[int], None] | None,
+    ) -> tuple[list[Any], list[list[int]], int]:
+        """Every row through the mirrored classes (:meth:`_render_one`)."""
         prompts: list[Any] = []
         used: list[list[int]] = []
         for i, row in enumerate(test):
@@ -562,6 +589,194 @@ class DatasetRenderer:
             if progress is not None:
                 progress(1)
         return prompts, used, 0
+
+    # ------------------------------------------------------------------ batch flows
+    def _render_flow_batch(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        retriever: Any,
+    ) -> list[Any] | None:
+        """The row-by-row flows in one batch (``None``: not applicable here, or some row needs
+        the mirrored classes -- they then render every row and raise what the reference raises).
+
+        * ``RawPromptTemplate`` (API models): each distinct list of in-context examples is
+          rendered once; per row the template's messages are copied, their contents formatted
+          (``_core.safe_format``) and the examples' messages copied in.
+        * ``MMPromptTemplate`` (API models): the parser's output for the template is computed
+          once with an empty part list per ``prompt_mm`` item; per row the Rust core parses the
+          ``content`` string, builds the part dicts and copies the messages around them.
+        """
+        if not self.api:
+            return None
+        # the batch creates many objects at once: the collector would walk the whole heap
+        # several times for nothing
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            if self.flow == "multimodal":
+                return self._render_mm_batch(test)
+            if self.flow is None and getattr(self.template, "prompt_type", None) == "raw_messages":
+                return self._render_raw_batch(test, train, indices, retriever)
+        except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
+            return None
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return None
+
+    def _render_raw_batch(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        retriever: Any,
+    ) -> list[Any] | None:
+        t, it = self.template, self.ice_template
+        if self.flavor != OPENCOMPASS or it is None or it.prompt_type != "raw_messages":
+            return None
+        plan = _raw_plan(t)
+        if plan is None:
+            return None
+        meta = self.parser.meta_template
+        prefix = meta if meta and isinstance(meta, list) else None
+        # id(index list) -> (messages to copy, [(position, content to format)])
+        rows_of: dict[int, tuple[list[dict[str, Any]], list[tuple[int, str]]]] = {}
+        fmt = _core.safe_format
+        copy_msg = dict.copy
+        out: list[Any] = []
+        append = out.append
+        for row, idx in zip(test, indices, strict=True):
+            shape = rows_of.get(id(idx))
+            if shape is None:
+                shape = self._raw_shape(plan, retriever._generate_ice(idx, it))
+                if shape is None:
+                    return None
+                rows_of[id(idx)] = shape
+            flat, slots = shape
+            messages = list(map(copy_msg, flat))
+            if slots:
+                if type(row) is not dict or "input_str" in row:
+                    return None
+                for pos, content in slots:
+                    messages[pos]["content"] = fmt(content, row) if row else content
+            if prefix is not None:
+                messages = _fallback_merge_prefix(prefix, messages)
+            append(messages)
+        return out
+
+    @staticmethod
+    def _raw_shape(
+        plan: list[Any], ice: Any
+    ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]] | None:
+        """The messages of a row with in-context examples ``ice`` (``generate_ice``'s output):
+        the dicts to copy, and where a content is formatted with the row."""
+        if isinstance(ice, list) and ice:
+            if not all(_plain_message(m) for m in ice):
+                return None
+            if plan.count(None) > 1:
+                return None  # the same dicts at two places: the parser's deep copy shares them
+        else:
+            ice = []  # a str ICE is dropped by generate_item
+        flat: list[dict[str, Any]] = []
+        slots: list[tuple[int, str]] = []
+        for seg in plan:
+            if seg is None:
+                flat.extend(ice)
+            else:
+                msg, fmt = seg
+                if fmt:
+                    slots.append((len(flat), msg["content"]))
+                flat.append(msg)
+        if not flat:
+            return None  # an empty prompt is not a message list for the parser
+        return flat, slots
+
+    def _render_mm_batch(self, test: list[dict[str, Any]]) -> list[Any] | None:
+        plan = self._mm_plan()
+        if plan is None:
+            return None
+        skeleton, kinds, wrap = plan
+        t = self.template
+        return _core.render_mm_rows(
+            test, str(t.content_field), bool(t.strict), kinds, skeleton, wrap
+        )
+
+    def _mm_plan(self) -> tuple[list[Any], dict[str, Any], Any] | None:
+        """``(skeleton, part templates, PromptList class)`` of an ``MMPromptTemplate`` rendered
+        for an API parser, computed once; ``None`` when the template is not of the plain form
+        (a ``round`` of role dicts whose ``prompt_mm`` dicts hold plain part templates, no text
+        items) the batch handles."""
+        cached = getattr(self, "_pw_mm_plan", False)
+        if cached is not False:
+            return cast("tuple[list[Any], dict[str, Any], Any] | None", cached)
+        plan = None
+        try:
+            plan = self._build_mm_plan()
+        except Exception:  # anything unusual: the mirrored classes render (and raise) row by row
+            plan = None
+        self._pw_mm_plan = plan
+        return plan
+
+    def _build_mm_plan(self) -> tuple[list[Any], dict[str, Any], Any] | None:
+        import copy
+
+        t = self.template
+        if not t.check_mm_template():
+            return None  # the reference warns on every row
+        encoded = t._encode_template(t.format_mm_url(t.template, {}), ice=False)
+        kinds: dict[str, Any] = {}
+        holes: list[list[Any]] = []
+        probe = type(encoded)()
+        for item in encoded:
+            if not isinstance(item, dict):
+                return None  # str items are formatted with the row
+            new_item = copy.deepcopy(item)
+            if "prompt_mm" in item:
+                mm = item["prompt_mm"]
+                if not isinstance(mm, dict) or not mm:
+                    return None
+                for kind, part in mm.items():
+                    spec = _mm_part_spec(kind, part)
+                    if spec is None:
+                        return None
+                    if kinds.setdefault(kind, spec) != spec:
+                        return None  # differing part templates per item: row by row
+                hole: list[Any] = []
+                holes.append(hole)
+                new_item["prompt_mm"] = hole
+            probe.append(new_item)
+        if not holes:
+            return None
+        if len(holes) > 1:
+            return None  # several prompt_mm items: row by row
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            parsed = self.parser.parse_template(probe, mode="gen")
+        if not isinstance(parsed, list):
+            return None
+        skeleton: list[Any] = []
+        found = 0
+        for msg in parsed:
+            if type(msg) is not dict:
+                return None
+            hole_key = None
+            for k, v in msg.items():
+                if type(k) is not str:
+                    return None
+                if any(v is h for h in holes):
+                    if hole_key is not None or v:
+                        return None
+                    hole_key = k
+                    found += 1
+                elif not _immutable(v):
+                    return None
+            skeleton.append((msg, hole_key))
+        if found != len(holes) or any(holes):
+            return None
+        wrap = type(parsed) if type(parsed) is not list else None
+        return skeleton, kinds, wrap
 
     def _render_rust(
         self,
@@ -685,6 +900,67 @@ class DatasetRenderer:
         if isinstance(parsed, list) and not isinstance(parsed, self._m.PromptList):
             return sum(counter(str(p)) for p in parsed)
         return counter(str(parsed))
+
+
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _immutable(value: Any) -> bool:
+    return type(value) in _IMMUTABLE
+
+
+def _plain_message(msg: Any) -> bool:
+    """A dict whose ``dict.copy()`` is its deep copy, with the keys the raw-message parser
+    checks."""
+    return (
+        type(msg) is dict
+        and "role" in msg
+        and "content" in msg
+        and all(type(k) is str and _immutable(v) for k, v in msg.items())
+    )
+
+
+def _raw_plan(template: Any) -> list[Any] | None:
+    """A ``RawPromptTemplate``'s messages as the batch renders them: ``None`` where the
+    in-context examples go, ``(message, format content?)`` per message dict; ``None`` for
+    templates with ``expand_column`` items or non-plain messages (rendered row by row)."""
+    plan: list[Any] = []
+    for item in template.messages:
+        if isinstance(item, str):
+            if item == template.ice_token:
+                plan.append(None)
+            continue
+        if not _plain_message(item):
+            return None
+        plan.append((item, bool(template.format_variables) and type(item["content"]) is str))
+    return plan
+
+
+def _mm_part_spec(kind: Any, part: Any) -> tuple[Any, ...] | None:
+    """``(part template, field, nested url dict?, placeholder)`` of a ``prompt_mm`` part
+    template the Rust core fills exactly as ``format_mm``; ``None`` otherwise."""
+    if kind not in ("text", "image", "video", "audio") or type(part) is not dict:
+        return None
+    field = "text" if kind == "text" else f"{kind}_url"
+    placeholder = "{question}" if kind == "text" else f"{{{kind}}}"
+    if field not in part:
+        return None
+    for k, v in part.items():
+        if type(k) is not str or (k != field and not _immutable(v)):
+            return None
+    value = part[field]
+    if type(value) is str:
+        return (part, field, False, placeholder)
+    if kind != "text" and type(value) is dict and type(value.get("url")) is str:
+        if all(type(k) is str and _immutable(v) for k, v in value.items()):
+            return (part, field, True, placeholder)
+    return None
+
+
+def _fallback_merge_prefix(meta: list[Any], messages: list[Any]) -> list[Any]:
+    from promptweave import _fallback
+
+    return _fallback._merge_prefix(meta, messages)
 
 
 def _as_chat_template(value: Any) -> ChatTemplate:

@@ -4,6 +4,7 @@ mod chat;
 mod convert;
 mod dataset;
 mod errors;
+mod flows;
 mod format;
 mod joined;
 mod markers;
@@ -18,6 +19,8 @@ mod _core {
     use crate::dataset::render_dataset;
     #[pymodule_export]
     use crate::errors::{FallbackRequired, MarkerError};
+    #[pymodule_export]
+    use crate::flows::render_mm_rows;
     #[pymodule_export]
     use crate::format::{join_plain, safe_format, single_pass_format};
     #[pymodule_export]

@@ -1,0 +1,174 @@
+//! Batch rendering of AISBench `MMPromptTemplate` rows for API parsers.
+//!
+//! `DatasetRenderer` computes once, in Python, what the parser makes of the template (the
+//! message dicts around one empty part list, the "skeleton"); per row this module parses the
+//! tagged `content` string, fills a copy of the part template of each segment (`format_mm`'s
+//! `safe_format` of one key, i.e. `str.replace`) and copies the skeleton's messages around the
+//! row's part list. Anything out of the ordinary raises `FallbackRequired`: the mirrored
+//! classes then render every row (and raise what the reference raises).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyAnyMethods, PyDict, PyList, PyString, PyTuple};
+
+use promptweave_core::markers::{self, Modality};
+
+use crate::errors::{marker_error, unsupported};
+
+/// How the part of one modality is built from its `prompt_mm` template.
+struct PartSpec<'py> {
+    /// the part template (copied per part)
+    part: Bound<'py, PyDict>,
+    /// the key whose value is filled (`text`, `image_url`, ...)
+    field: Bound<'py, PyString>,
+    /// `{field: {'url': ...}}`: the nested dict (copied per part), whose `url` is filled
+    nested: Option<Bound<'py, PyDict>>,
+    /// the string the payload is substituted into
+    template: String,
+    /// `{question}`, `{image}`, ...
+    placeholder: String,
+}
+
+fn modality_index(m: Modality) -> usize {
+    match m {
+        Modality::Text => 0,
+        Modality::Image => 1,
+        Modality::Video => 2,
+        Modality::Audio => 3,
+    }
+}
+
+fn part_specs<'py>(kinds: &Bound<'py, PyDict>) -> PyResult<[Option<PartSpec<'py>>; 4]> {
+    let mut specs: [Option<PartSpec<'py>>; 4] = [None, None, None, None];
+    for (kind, spec) in kinds.iter() {
+        let kind = kind.cast::<PyString>()?.to_str()?.to_owned();
+        let modality = Modality::from_key(&kind).ok_or_else(|| unsupported("unknown part kind"))?;
+        let spec = spec.cast::<PyTuple>()?;
+        let part = spec.get_item(0)?.cast::<PyDict>()?.clone();
+        let field = spec.get_item(1)?.cast::<PyString>()?.clone();
+        let nested_flag: bool = spec.get_item(2)?.extract()?;
+        let placeholder = spec.get_item(3)?.cast::<PyString>()?.to_str()?.to_owned();
+        let value = part
+            .get_item(&field)?
+            .ok_or_else(|| unsupported("part template without its field"))?;
+        let (nested, template) = if nested_flag {
+            let inner = value.cast::<PyDict>()?.clone();
+            let url = inner
+                .get_item("url")?
+                .ok_or_else(|| unsupported("part template without url"))?;
+            let url = url.cast::<PyString>()?.to_str()?.to_owned();
+            (Some(inner), url)
+        } else {
+            (None, value.cast::<PyString>()?.to_str()?.to_owned())
+        };
+        specs[modality_index(modality)] = Some(PartSpec {
+            part,
+            field,
+            nested,
+            template,
+            placeholder,
+        });
+    }
+    Ok(specs)
+}
+
+/// `render_mm_rows(rows, content_field, strict, kinds, skeleton, wrap)`: per row, the model
+/// input: the skeleton's messages (`[(message, hole key or None), ...]`) copied, the hole
+/// holding the row's part list; a `wrap(list)` (the `PromptList` class) when given.
+#[pyfunction]
+#[pyo3(signature = (rows, content_field, strict, kinds, skeleton, wrap = None))]
+pub(crate) fn render_mm_rows<'py>(
+    rows: &Bound<'py, PyList>,
+    content_field: &Bound<'py, PyString>,
+    strict: bool,
+    kinds: &Bound<'py, PyDict>,
+    skeleton: &Bound<'py, PyList>,
+    wrap: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = rows.py();
+    let specs = part_specs(kinds)?;
+    let mut messages: Vec<(Bound<'py, PyDict>, Option<Bound<'py, PyString>>)> = Vec::new();
+    for item in skeleton.iter() {
+        let item = item.cast::<PyTuple>()?;
+        let msg = item.get_item(0)?.cast::<PyDict>()?.clone();
+        let key = item.get_item(1)?;
+        let key = if key.is_none() {
+            None
+        } else {
+            Some(key.cast::<PyString>()?.clone())
+        };
+        messages.push((msg, key));
+    }
+    let out = PyList::empty(py);
+    // per part position, the last payload and its filled string: a segment repeated on every
+    // row (a fixed instruction) is one str object (str objects are immutable: sharing one is
+    // invisible, and it spares an allocation per row)
+    let mut last: Vec<Option<(Modality, String, Bound<'py, PyString>)>> = Vec::new();
+    for row in rows.iter() {
+        let row = row
+            .cast_exact::<PyDict>()
+            .map_err(|_| unsupported("a row that is not a dict"))?;
+        // `format_mm(**entry)`: every key must be a str
+        for key in row.keys().iter() {
+            if !key.is_exact_instance_of::<PyString>() {
+                return Err(unsupported("row key that is not a str"));
+            }
+        }
+        let content = row
+            .get_item(content_field)?
+            .ok_or_else(|| unsupported("a row without the content field"))?;
+        let content = content
+            .cast_exact::<PyString>()
+            .map_err(|_| unsupported("content that is not a str"))?;
+        let text = content
+            .to_str()
+            .map_err(|_| unsupported("content that is not valid UTF-8"))?;
+        let parsed = if strict {
+            markers::parse_content_strict(text).map_err(|e| marker_error(&e))?
+        } else {
+            markers::parse_content(text)
+        };
+        let parts = PyList::empty(py);
+        for (at, part) in parsed.iter().enumerate() {
+            let spec = specs[modality_index(part.modality)]
+                .as_ref()
+                .ok_or_else(|| unsupported("a segment kind without a part template"))?;
+            if last.len() <= at {
+                last.resize(at + 1, None);
+            }
+            let filled = match &last[at] {
+                Some((m, payload, s)) if *m == part.modality && *payload == part.payload => {
+                    s.clone()
+                }
+                _ => {
+                    let filled = spec.template.replace(&spec.placeholder, &part.payload);
+                    let s = PyString::new(py, &filled);
+                    last[at] = Some((part.modality, part.payload.to_string(), s.clone()));
+                    s
+                }
+            };
+            let d = spec.part.copy()?;
+            match &spec.nested {
+                Some(inner) => {
+                    let inner = inner.copy()?;
+                    inner.set_item("url", filled)?;
+                    d.set_item(&spec.field, inner)?;
+                }
+                None => d.set_item(&spec.field, filled)?,
+            }
+            parts.append(d)?;
+        }
+        let msgs = PyList::empty(py);
+        for (msg, key) in &messages {
+            let m = msg.copy()?;
+            if let Some(key) = key {
+                m.set_item(key, &parts)?;
+            }
+            msgs.append(m)?;
+        }
+        match wrap {
+            Some(cls) => out.append(cls.call1((msgs,))?)?,
+            None => out.append(msgs)?,
+        }
+    }
+    Ok(out)
+}
