@@ -25,6 +25,7 @@ from promptweave.errors import (
     PromptTypeError,
     TemplateError,
     UnknownRoleError,
+    join_text,
     make_error,
 )
 from promptweave.prompt import PromptList
@@ -199,15 +200,9 @@ class LMTemplateParser:
 
 
 def _concat(parts: list[Any]) -> str:
-    try:
-        return "".join(parts)
-    except TypeError:
-        bad = next(p for p in parts if not isinstance(p, str))
-        raise make_error(
-            PromptTypeError,
-            f"cannot build a chat prompt from a non-str content or role text {bad!r}",
-            compat=TypeError,
-        ) from None
+    return join_text(
+        parts, lambda bad: f"cannot build a chat prompt from a non-str content or role text {bad!r}"
+    )
 
 
 class APITemplateParser:

@@ -16,6 +16,7 @@ In the AISBench flavour the reference's error code (``ICLR-TYPE-001``, ...) is s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "TemplateError",
     "TemplateStructureError",
     "UnknownRoleError",
+    "join_text",
     "make_error",
 ]
 
@@ -220,3 +222,14 @@ def make_error(
     err.path = path
     err.error_code = code
     return err
+
+
+def join_text(parts: Sequence[Any], describe: Callable[[Any], str]) -> str:
+    """``"".join(parts)``; a part that is not a ``str`` raises a :class:`PromptTypeError` (also
+    a ``TypeError``, as the reference's concatenation raises) whose message is
+    ``describe(part)``."""
+    try:
+        return "".join(parts)
+    except TypeError:
+        bad = next(p for p in parts if not isinstance(p, str))
+        raise make_error(PromptTypeError, describe(bad), compat=TypeError) from None

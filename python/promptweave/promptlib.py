@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from promptweave.errors import ArgumentError, PromptTypeError, make_error
+from promptweave.errors import ArgumentError, PromptTypeError, join_text, make_error
 
 __all__ = [
     "Example",
@@ -103,15 +103,10 @@ def make_prompt(
             parts += (ex.thought, " ")
         parts += (cfg.final_answer_prefix, ex.answer, cfg.intra_example_sep)
         parts.append(cfg.inter_example_sep)
-    try:
-        return "".join(parts)
-    except TypeError:
-        bad = next(p for p in parts if not isinstance(p, str))
-        raise make_error(
-            PromptTypeError,
-            f"make_prompt concatenates str fields; got {type(bad).__name__} {bad!r}",
-            compat=TypeError,
-        ) from None
+    return join_text(
+        parts,
+        lambda bad: f"make_prompt concatenates str fields; got {type(bad).__name__} {bad!r}",
+    )
 
 
 def _sample(population: Any, num: Any, seed: Any) -> list[Any]:
