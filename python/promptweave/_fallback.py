@@ -342,13 +342,7 @@ def encode_dialogue(tpl: dict[str, Any], ice: bool, pl_cls: type[PromptList]) ->
         )
     out = pl_cls()
     if not ice and "begin" in tpl:
-        out.append(_marker("begin", "begin"))
-        begin = tpl["begin"]
-        if isinstance(begin, list):
-            out.extend(begin)
-        else:
-            out.append(begin)
-        out.append(_marker("begin", "end"))
+        _add_section(out, "begin", "begin", tpl["begin"])
     section = "ice" if ice else "round"
     out.append(_marker(section, "begin"))
     if "round" not in tpl:
@@ -361,14 +355,19 @@ def encode_dialogue(tpl: dict[str, Any], ice: bool, pl_cls: type[PromptList]) ->
     _extend(out, tpl["round"], "template['round']")
     out.append(_marker(section, "end"))
     if not ice and "end" in tpl:
-        out.append(_marker("end", "end"))
-        end = tpl["end"]
-        if isinstance(end, list):
-            out.extend(end)
-        else:
-            out.append(end)
-        out.append(_marker("end", "end"))
+        # the reference opens the end section with pos='end' too
+        _add_section(out, "end", "end", tpl["end"])
     return out
+
+
+def _add_section(out: Any, section: str, first_pos: str, body: Any) -> None:
+    """A ``begin``/``end`` section: its markers around its items (a list) or its one item."""
+    out.append(_marker(section, first_pos))
+    if isinstance(body, list):
+        out.extend(body)
+    else:
+        out.append(body)
+    out.append(_marker(section, "end"))
 
 
 def _select(t: TemplateLike, label: Any) -> Any:

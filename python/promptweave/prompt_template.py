@@ -226,20 +226,27 @@ class PromptTemplate(BasePromptTemplate):
         except (KeyError, TypeError):
             return None
 
+    def _compiled_label(
+        self, entry: Mapping[str, Any], label: Hashable
+    ) -> tuple[_core.CompiledTemplate, dict[str, Any], int] | None:
+        """``(compiled template, entry, index of label)`` when the Rust core renders this call
+        (``None``: the pure-Python path)."""
+        compiled = self._compiled
+        if compiled is None or type(entry) is not dict:
+            return None
+        idx = None if _backend.FORCE_PYTHON else self._label_index(label)
+        return None if idx is None else (compiled, entry, idx)
+
     def _wrap(self, out: Any) -> Any:
         return self._prompt_list(out) if isinstance(out, list) else out
 
     def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
         """Render one in-context example from ``entry`` (its own answer included)."""
-        idx = self._label_index(label)
-        if (
-            self._compiled is not None
-            and idx is not None
-            and type(entry) is dict
-            and not _backend.FORCE_PYTHON
-        ):
+        rust = self._compiled_label(entry, label)
+        if rust is not None:
+            compiled, row, idx = rust
             try:
-                return self._wrap(self._compiled.ice_item(entry, idx))
+                return self._wrap(compiled.ice_item(row, idx))
             except _core.FallbackRequired:
                 pass
         _backend.note_fallback()
@@ -253,17 +260,11 @@ class PromptTemplate(BasePromptTemplate):
         remain_sep: bool | None = False,
     ) -> Any:
         """Render the perplexity prompt of ``label`` for ``entry`` with ``ice`` spliced in."""
-        idx = self._label_index(label)
-        if (
-            self._compiled is not None
-            and idx is not None
-            and type(entry) is dict
-            and not _backend.FORCE_PYTHON
-        ):
+        rust = self._compiled_label(entry, label)
+        if rust is not None:
+            compiled, row, idx = rust
             try:
-                return self._wrap(
-                    self._compiled.label_prompt_item(entry, ice, idx, bool(remain_sep))
-                )
+                return self._wrap(compiled.label_prompt_item(row, ice, idx, bool(remain_sep)))
             except _core.FallbackRequired:
                 pass
         _backend.note_fallback()
