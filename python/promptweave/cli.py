@@ -145,24 +145,10 @@ def _read_jsonl(p: Path, name: str, progress: Callable[[int], None] | None) -> l
     rows: list[Row] = []
     with p.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise CliError(
-                    f"{name}:{lineno}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-                ) from exc
-            if lineno == 1:
-                text = text.removeprefix("\ufeff")
+            text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{name}:{lineno}")
             if not text.strip():
                 continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise CliError(
-                    f"{name}:{lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-                ) from exc
-            except RecursionError as exc:
-                raise CliError(f"{name}:{lineno}: invalid JSON: nested too deeply") from exc
+            value = _json_loads(text, name, lineno)
             if not isinstance(value, dict):
                 raise CliError(
                     f"{name}:{lineno}: expected a JSON object per line, got {_json_type(value)}"
@@ -173,19 +159,27 @@ def _read_jsonl(p: Path, name: str, progress: Callable[[int], None] | None) -> l
     return rows
 
 
-def _read_json(p: Path, name: str) -> list[Row]:
+def _decode(raw: bytes, encoding: str, where: str) -> str:
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        return raw.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise CliError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        raise CliError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+
+
+def _json_loads(text: str, name: str, lineno: int | None = None) -> Any:
+    """``json.loads``; errors name the file and the line (``lineno``: of a JSONL line)."""
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CliError(
-            f"{name}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-        ) from exc
+        line = lineno if lineno is not None else exc.lineno
+        raise CliError(f"{name}:{line}: invalid JSON: {exc.msg} (column {exc.colno})") from exc
     except RecursionError as exc:
-        raise CliError(f"{name}: invalid JSON: nested too deeply") from exc
+        where = name if lineno is None else f"{name}:{lineno}"
+        raise CliError(f"{where}: invalid JSON: nested too deeply") from exc
+
+
+def _read_json(p: Path, name: str) -> list[Row]:
+    value = _json_loads(_decode(p.read_bytes(), "utf-8-sig", name), name)
     if isinstance(value, list):
         for i, row in enumerate(value):
             if not isinstance(row, dict):
