@@ -343,6 +343,39 @@ class ChatTemplate:
                 raise DoubleBosError(msg)
             warnings.warn(msg, DoubleBosWarning, stacklevel=3)
 
+    def _conversation(self, messages: Any, index: int | None) -> Any:
+        """One conversation's messages (a ``Conversation``'s ``.messages``), checked non-empty
+        and, with ``system='merge'``, its system message folded in."""
+        chat = getattr(messages, "messages", messages)
+        if isinstance(chat, (list, tuple)) and len(chat) == 0:
+            where = "" if index is None else f"conversation {index}: "
+            raise ChatInputError(
+                f"{where}Cannot apply chat template to an empty conversation. "
+                "Provide at least one message."
+            )
+        return self._merge_system(chat) if self.system == "merge" else chat
+
+    def _render_auto(
+        self,
+        compiled: CompiledChatTemplate,
+        chat: Any,
+        variables: list[tuple[str, Any]],
+        add_generation_prompt: bool,
+        field: str | None,
+        index: int | None,
+    ) -> str:
+        """``system='auto'``: as given; when the template raises, once more with the system
+        message merged (the error stands when there is none to merge)."""
+        try:
+            return compiled.render(chat, variables, add_generation_prompt, field)
+        except ChatTemplateRaised as exc:
+            merged = self._merge_system(chat)
+            if merged == list(chat):
+                if index is None:
+                    raise
+                raise ChatTemplateRaised(exc.message, index) from None
+        return compiled.render(merged, variables, add_generation_prompt, field)
+
     def render(
         self,
         messages: Sequence[Any],
@@ -357,25 +390,15 @@ class ChatTemplate:
 
         ``extra`` keyword arguments are template variables (they override special tokens).
         """
-        if isinstance(messages, (list, tuple)) and len(messages) == 0:
-            raise ChatInputError(
-                "Cannot apply chat template to an empty conversation. Provide at least one message."
-            )
-        field = self._continue_field(continue_final_message, add_generation_prompt)
+        # transformers' order of checks: template, empty chat, continue, tools and documents
         compiled = self._select(chat_template, tools)
+        chat = self._conversation(messages, None)
+        field = self._continue_field(continue_final_message, add_generation_prompt)
         variables = self._variables(tools, documents, extra)
-        chat = getattr(messages, "messages", messages)
-        if self.system == "merge":
-            chat = self._merge_system(chat)
-        try:
+        if self.system == "auto":
+            out = self._render_auto(compiled, chat, variables, add_generation_prompt, field, None)
+        else:
             out = compiled.render(chat, variables, add_generation_prompt, field)
-        except ChatTemplateRaised:
-            if self.system != "auto":
-                raise
-            merged = self._merge_system(chat)
-            if len(merged) == len(chat) and merged == list(chat):
-                raise
-            out = compiled.render(merged, variables, add_generation_prompt, field)
         self._check_bos(out, None)
         return out
 
@@ -392,28 +415,15 @@ class ChatTemplate:
     ) -> list[str]:
         """Render many conversations with the interpreter released; the same result as
         calling :meth:`render` on each. An error names the conversation's index."""
-        field = self._continue_field(continue_final_message, add_generation_prompt)
         compiled = self._select(chat_template, tools)
+        chats = [self._conversation(c, i) for i, c in enumerate(conversations)]
+        field = self._continue_field(continue_final_message, add_generation_prompt)
         variables = self._variables(tools, documents, extra)
-        chats = [getattr(c, "messages", c) for c in conversations]
-        for i, c in enumerate(chats):
-            if isinstance(c, (list, tuple)) and len(c) == 0:
-                raise ChatInputError(
-                    f"conversation {i}: Cannot apply chat template to an empty conversation. "
-                    "Provide at least one message."
-                )
-        if self.system == "merge":
-            chats = [self._merge_system(c) for c in chats]
         if self.system == "auto":
-            outs = []
-            for i, c in enumerate(chats):
-                try:
-                    outs.append(compiled.render(c, variables, add_generation_prompt, field))
-                except ChatTemplateRaised as exc:
-                    merged = self._merge_system(c)
-                    if merged == list(c):
-                        raise ChatTemplateRaised(exc.message, i) from None
-                    outs.append(compiled.render(merged, variables, add_generation_prompt, field))
+            outs = [
+                self._render_auto(compiled, c, variables, add_generation_prompt, field, i)
+                for i, c in enumerate(chats)
+            ]
         else:
             outs = compiled.render_many(chats, variables, add_generation_prompt, field, threads)
         if self.tokenizer_adds_bos and self.double_bos != "ignore":

@@ -111,6 +111,16 @@ impl<'py> Converter<'_, 'py> {
         }
     }
 
+    /// The other template variables: a sequence of `(name, value)` pairs.
+    fn variables(&self, variables: &Bound<'py, PyAny>) -> PyResult<Vec<(Value, Value)>> {
+        let mut out = Vec::new();
+        for pair in variables.try_iter()? {
+            let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair?.extract()?;
+            out.push((self.value(&k, 1)?, self.value(&v, 1)?));
+        }
+        Ok(out)
+    }
+
     /// One conversation: a sequence of dicts, keys with a `None` value dropped (transformers'
     /// `_normalize_chat_messages`).
     fn conversation(&self, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Map>> {
@@ -163,22 +173,16 @@ pub(crate) struct PyChatTemplate {
 }
 
 impl PyChatTemplate {
-    fn variables(
+    /// Runs `f` with a converter that uses this template's hook.
+    fn with_converter<'py, T>(
         &self,
-        py: Python<'_>,
-        variables: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<(Value, Value)>> {
+        py: Python<'py>,
+        f: impl FnOnce(&Converter<'_, 'py>) -> PyResult<T>,
+    ) -> PyResult<T> {
         let hook = self.hook.as_ref().map(|h| h.bind(py).clone());
-        let conv = Converter {
+        f(&Converter {
             hook: hook.as_ref(),
-        };
-        let mut out = Vec::new();
-        for pair in variables.try_iter()? {
-            let pair = pair?;
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
-            out.push((conv.value(&k, 1)?, conv.value(&v, 1)?));
-        }
-        Ok(out)
+        })
     }
 }
 
@@ -211,12 +215,9 @@ impl PyChatTemplate {
         add_generation_prompt: bool,
         continue_final: Option<String>,
     ) -> PyResult<String> {
-        let vars = self.variables(py, variables)?;
-        let hook = self.hook.as_ref().map(|h| h.bind(py).clone());
-        let chat = Converter {
-            hook: hook.as_ref(),
-        }
-        .conversation(messages)?;
+        let (vars, chat) = self.with_converter(py, |c| {
+            Ok((c.variables(variables)?, c.conversation(messages)?))
+        })?;
         let options = RenderOptions {
             add_generation_prompt,
             continue_final,
@@ -238,15 +239,14 @@ impl PyChatTemplate {
         continue_final: Option<String>,
         threads: Option<usize>,
     ) -> PyResult<Vec<String>> {
-        let vars = self.variables(py, variables)?;
-        let hook = self.hook.as_ref().map(|h| h.bind(py).clone());
-        let conv = Converter {
-            hook: hook.as_ref(),
-        };
-        let mut chats = Vec::new();
-        for chat in conversations.try_iter()? {
-            chats.push(conv.conversation(&chat?)?);
-        }
+        let (vars, chats) = self.with_converter(py, |c| {
+            let vars = c.variables(variables)?;
+            let chats = conversations
+                .try_iter()?
+                .map(|chat| c.conversation(&chat?))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok((vars, chats))
+        })?;
         let options = RenderOptions {
             add_generation_prompt,
             continue_final,
