@@ -27,13 +27,14 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.chat_models import chat_meta_template, convert_chat_messages
 from promptweave.chat_template import ChatTemplate
 from promptweave.errors import ArgumentError, TemplateError, make_error
+from promptweave.raw_prompt_template import flat_dict, immutable
 from promptweave.tokens import TokenCounter, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
@@ -100,6 +101,15 @@ class RenderResult:
     rust_rows: int = 0
     infer_mode: str | None = None
     messages: list[Any] | None = None
+
+
+class _Rendered(NamedTuple):
+    prompts: list[Any]
+    used: list[list[int]]
+    #: rows rendered by the Rust dataset job
+    rust_rows: int
+    #: every row is known to have the template's columns when the first one has them
+    uniform: bool
 
 
 class DatasetRenderer:
@@ -218,7 +228,6 @@ class DatasetRenderer:
         self.normalizing_str = normalizing_str
         # one thread by default: on 2 cores a second rendering thread measured no faster
         self.threads = threads if threads is not None else 1
-        self._batch_checked_columns = False
 
     @classmethod
     def from_config(
@@ -430,13 +439,9 @@ class DatasetRenderer:
         labels = None
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
-        prompts, used, rust_rows = self._render_rows(
+        prompts, used, rust_rows, uniform = self._render_rows(
             test_rows, train_rows, indices, labels, retriever, progress
         )
-        # the Rust job only takes rows that all have the same columns: one row tells for all;
-        # the multimodal batch checked that every row has the content field (its only slot)
-        uniform = rust_rows == len(test_rows) or self._batch_checked_columns
-        self._batch_checked_columns = False
         missing = self._missing_columns(test_rows, train_rows, indices, False, uniform)
         messages = None
         if self.chat_template is not None:
@@ -546,23 +551,25 @@ class DatasetRenderer:
         labels: list[Any] | None,
         retriever: Any,
         progress: Callable[[int], None] | None,
-    ) -> tuple[list[Any], list[list[int]], int]:
-        if self.max_seq_len is None and not _backend.FORCE_PYTHON and labels is None:
+    ) -> _Rendered:
+        if self.max_seq_len is not None or _backend.FORCE_PYTHON:
+            return self._render_rows_python(test, indices, labels, retriever, progress)
+        if labels is None:
             fast = self._render_flow_batch(test, train, indices, retriever)
             if fast is not None:
-                self._batch_checked_columns = self.flow == "multimodal"
                 if progress is not None:
                     progress(len(test))
-                return fast, indices, 0
-        if self.max_seq_len is None and not _backend.FORCE_PYTHON and self.flow is None:
-            if getattr(self.template, "prompt_type", None) == "raw_messages":
-                return self._render_rows_python(test, indices, labels, retriever, progress)
+                # the multimodal batch checked that every row has the content field (its only
+                # slot); the raw-messages batch did not look at the columns
+                return _Rendered(fast, indices, 0, self.flow == "multimodal")
+        if self.flow is None and getattr(self.template, "prompt_type", None) != "raw_messages":
             sep, eos = self._separators(retriever)
             out = self._render_rust(test, train, indices, labels, sep, eos)
             if out is not None:
                 if progress is not None:
                     progress(len(test))
-                return out, indices, len(test)
+                # the Rust job only takes rows that all have the same columns
+                return _Rendered(out, indices, len(test), True)
             _backend.note_fallback()
         return self._render_rows_python(test, indices, labels, retriever, progress)
 
@@ -573,7 +580,7 @@ class DatasetRenderer:
         labels: list[Any] | None,
         retriever: Any,
         progress: Callable[[int], None] | None,
-    ) -> tuple[list[Any], list[list[int]], int]:
+    ) -> _Rendered:
         """Every row through the mirrored classes (:meth:`_render_one`)."""
         prompts: list[Any] = []
         used: list[list[int]] = []
@@ -588,7 +595,7 @@ class DatasetRenderer:
             used.append(idx)
             if progress is not None:
                 progress(1)
-        return prompts, used, 0
+        return _Rendered(prompts, used, 0, False)
 
     # ------------------------------------------------------------------ batch flows
     def _render_flow_batch(
@@ -770,7 +777,7 @@ class DatasetRenderer:
                         return None
                     hole_key = k
                     found += 1
-                elif not _immutable(v):
+                elif not immutable(v):
                     return None
             skeleton.append((msg, hole_key))
         if found != len(holes) or any(holes):
@@ -902,22 +909,10 @@ class DatasetRenderer:
         return counter(str(parsed))
 
 
-_IMMUTABLE = (str, int, float, bool, type(None))
-
-
-def _immutable(value: Any) -> bool:
-    return type(value) in _IMMUTABLE
-
-
 def _plain_message(msg: Any) -> bool:
-    """A dict whose ``dict.copy()`` is its deep copy, with the keys the raw-message parser
+    """A flat dict (``dict.copy()`` is its deep copy) with the keys the raw-message parser
     checks."""
-    return (
-        type(msg) is dict
-        and "role" in msg
-        and "content" in msg
-        and all(type(k) is str and _immutable(v) for k, v in msg.items())
-    )
+    return flat_dict(msg) and "role" in msg and "content" in msg
 
 
 def _raw_plan(template: Any) -> list[Any] | None:
@@ -946,13 +941,13 @@ def _mm_part_spec(kind: Any, part: Any) -> tuple[Any, ...] | None:
     if field not in part:
         return None
     for k, v in part.items():
-        if type(k) is not str or (k != field and not _immutable(v)):
+        if type(k) is not str or (k != field and not immutable(v)):
             return None
     value = part[field]
     if type(value) is str:
         return (part, field, False, placeholder)
     if kind != "text" and type(value) is dict and type(value.get("url")) is str:
-        if all(type(k) is str and _immutable(v) for k, v in value.items()):
+        if flat_dict(value):
             return (part, field, True, placeholder)
     return None
 
