@@ -5,6 +5,8 @@
 //! The case count is proptest's default, 256 per property; set `PROPTEST_CASES` for a longer run
 //! (the config is deliberately not fixed in the file, which would ignore the variable).
 
+mod oracles;
+
 use std::borrow::Cow;
 
 use promptweave_core::markers::{
@@ -18,6 +20,8 @@ use promptweave_core::{
 };
 use proptest::prelude::*;
 use proptest::sample::select;
+
+use oracles::{naive_parse, naive_safe_format, naive_single_pass};
 
 // ---------------------------------------------------------------------------------------------
 // generators
@@ -159,47 +163,6 @@ fn unique_case() -> impl Strategy<Value = Case> {
 // ---------------------------------------------------------------------------------------------
 // oracles
 // ---------------------------------------------------------------------------------------------
-
-/// The reference `safe_format`, literally: one whole-string replacement per key, in order.
-fn naive_safe_format(template: &str, pairs: &[(String, String)]) -> String {
-    let mut s = template.to_owned();
-    for (k, v) in pairs {
-        s = s.replace(&format!("{{{k}}}"), v);
-    }
-    s
-}
-
-/// Single-pass substitution written over chars: at a `{`, look for the next brace; a `}` closes
-/// a name (replaced if it is a key, first pair wins), a `{` restarts there; values are copied and
-/// never looked at again.
-fn naive_single_pass(template: &str, pairs: &[(String, String)]) -> String {
-    let chars: Vec<char> = template.chars().collect();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < chars.len() {
-        if chars[i] != '{' {
-            out.push(chars[i]);
-            i += 1;
-            continue;
-        }
-        let Some(j) = (i + 1..chars.len()).find(|&j| chars[j] == '{' || chars[j] == '}') else {
-            out.extend(&chars[i..]);
-            break;
-        };
-        if chars[j] == '{' {
-            out.extend(&chars[i..j]);
-            i = j;
-            continue;
-        }
-        let name: String = chars[i + 1..j].iter().collect();
-        match pairs.iter().find(|(k, _)| *k == name) {
-            Some((_, v)) => out.push_str(v),
-            None => out.extend(&chars[i..=j]),
-        }
-        i = j + 1;
-    }
-    out
-}
 
 // ---------------------------------------------------------------------------------------------
 // (a)-(c) substitution
@@ -857,20 +820,6 @@ fn content() -> impl Strategy<Value = String> {
         0..12,
     )
     .prop_map(|v| v.concat())
-}
-
-/// The reference algorithm, literally: `split(CT)`, `startswith` in the reference's order,
-/// `replace(tag, "")` on the whole segment.
-fn naive_parse(content: &str) -> Vec<(Modality, String)> {
-    content
-        .split(CONTENT_TAG)
-        .filter_map(|seg| {
-            let m = Modality::ALL
-                .into_iter()
-                .find(|m| seg.starts_with(m.start_tag()))?;
-            Some((m, seg.replace(m.start_tag(), "")))
-        })
-        .collect()
 }
 
 fn owned(parts: &[ContentPart<'_>]) -> Vec<(Modality, String)> {

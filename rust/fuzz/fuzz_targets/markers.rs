@@ -8,21 +8,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use promptweave_core::markers::{
-    CONTENT_TAG, Modality, parse_content, parse_content_strict, render_content,
-};
 
-fn naive_parse(content: &str) -> Vec<(Modality, String)> {
-    content
-        .split(CONTENT_TAG)
-        .filter_map(|seg| {
-            let m = Modality::ALL
-                .into_iter()
-                .find(|m| seg.starts_with(m.start_tag()))?;
-            Some((m, seg.replace(m.start_tag(), "")))
-        })
-        .collect()
-}
+#[path = "../../core/tests/oracles/mod.rs"]
+mod oracles;
+use oracles::naive_parse;
+use promptweave_core::markers::{Modality, parse_content, parse_content_strict, render_content};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(content) = std::str::from_utf8(data) else {
