@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import io
 import json
 import os
@@ -36,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _wheels import REQUIRE_REFERENCE, configs_root
 
 from promptweave.config import CallRef, Config, TypeRef, load_config, meta_template_of
 from promptweave.errors import ConfigError, PromptRenderError
 
-REQUIRE_REFERENCE = os.environ.get("PROMPTWEAVE_REQUIRE_REFERENCE") == "1"
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
 
 # Sampling of the corpus: sorted candidate files, every k-th (stable across runs).
@@ -50,40 +49,6 @@ MIN_OC_DATASET_FILES = 200
 MIN_AIS_DATASET_FILES = 50
 # Files excluded from the comparison (each with a counted reason) must stay rare.
 MAX_EXCLUDED = 8
-
-
-# --------------------------------------------------------------------------------------------
-# Locating the reference wheels
-# --------------------------------------------------------------------------------------------
-
-
-def _package_dir(name: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _require(path: Path | None, what: str) -> Path:
-    if path is None or not path.is_dir():
-        reason = f"{what} is not installed (reference wheel needed for the corpus tests)"
-        if REQUIRE_REFERENCE:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
-
-
-def _oc_configs() -> Path:
-    pkg = _package_dir("opencompass")
-    return _require(pkg / "configs" if pkg else None, "opencompass 0.5.4")
-
-
-def _ais_configs() -> Path:
-    pkg = _package_dir("ais_bench")
-    return _require(pkg / "benchmark" / "configs" if pkg else None, "ais_bench 3.1")
 
 
 def _config_files(root: Path) -> list[Path]:
@@ -270,7 +235,7 @@ def _run_corpus(files: list[Path]) -> CorpusRun:
 
 @functools.cache
 def _oc_dataset_run() -> CorpusRun:
-    root = _oc_configs()
+    root = configs_root("oc")
     files = _dataset_candidates(root / "datasets")[::OC_DATASET_STEP]
     # a collection made of absolute `from opencompass.configs... import` base imports
     files.append(root / "dataset_collections" / "chat_OC15.py")
@@ -281,7 +246,7 @@ def _oc_dataset_run() -> CorpusRun:
 
 @functools.cache
 def _ais_dataset_run() -> CorpusRun:
-    root = _ais_configs()
+    root = configs_root("ais")
     return _run_corpus(_dataset_candidates(root / "datasets")[::AIS_DATASET_STEP])
 
 
@@ -352,7 +317,7 @@ def test_corpus_matches_mmengine(framework: str) -> None:
 def test_corpus_absolute_base_imports() -> None:
     """``chat_OC15`` pulls its datasets through ``from opencompass.configs... import``."""
     run = _oc_dataset_run()
-    path = _oc_configs() / "dataset_collections" / "chat_OC15.py"
+    path = configs_root("oc") / "dataset_collections" / "chat_OC15.py"
     cfg = run.loaded[path]
     assert path in run.full_equal
     assert len(cfg["datasets"]) > 100
@@ -365,7 +330,7 @@ def test_corpus_absolute_base_imports() -> None:
 
 
 def _model_files() -> list[Path]:
-    models = _oc_configs() / "models"
+    models = configs_root("oc") / "models"
     files = _config_files(models)
     with_template = [p for p in files if "meta_template" in p.read_text("utf-8")]
     chat_engines = [p for p in files if re.match(r"(lmdeploy|vllm)_.*chat", p.name)]
@@ -391,7 +356,7 @@ def test_model_meta_templates_match_mmengine() -> None:
 
 
 def test_model_config_stand_ins() -> None:
-    path = _oc_configs() / "models" / "aquila" / "hf_aquilachat2_7b.py"
+    path = configs_root("oc") / "models" / "aquila" / "hf_aquilachat2_7b.py"
     cfg = load_config(path)
     assert "_meta_template" not in cfg  # private names are not part of the config
     (model,) = cfg.models()
@@ -434,7 +399,7 @@ print(json.dumps({"out": out, "leaked": leaked}))
 
 
 def test_loads_without_reference_packages_importable() -> None:
-    oc, ais = _oc_configs(), _ais_configs()
+    oc, ais = configs_root("oc"), configs_root("ais")
     files = [
         oc / "datasets" / "mmlu" / "mmlu_gen.py",
         oc / "dataset_collections" / "chat_OC15.py",  # absolute config imports

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import importlib.util
 import io
 import json
 import os
@@ -43,6 +42,7 @@ if str(TESTS_DIR) not in sys.path:
 
 import _flows_ns  # noqa: E402
 import _golden_ns  # noqa: E402
+from _wheels import package_dir  # noqa: E402
 
 from promptweave import aisbench as ais  # noqa: E402
 from promptweave.config import load_config  # noqa: E402
@@ -63,11 +63,9 @@ N_FILES, N_DATASETS = 33, 46
 
 
 def _configs_dir() -> Path | None:
-    spec = importlib.util.find_spec("ais_bench")
-    if spec is None or spec.origin is None:
-        return None
-    path = Path(spec.origin).parent / "benchmark" / "configs" / "datasets"
-    return path if path.is_dir() else None
+    pkg = package_dir("ais_bench")
+    path = pkg / "benchmark" / "configs" / "datasets" if pkg is not None else None
+    return path if path is not None and path.is_dir() else None
 
 
 def _config_files() -> list[Path]:

@@ -35,7 +35,6 @@ import functools
 import importlib.util
 import io
 import logging
-import os
 import random
 import re
 import sys
@@ -53,13 +52,13 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 import _golden_ns  # noqa: E402
+from _wheels import configs_root  # noqa: E402
 
 from promptweave import _backend, _core  # noqa: E402
 from promptweave.config import load_config, meta_template_of  # noqa: E402
 from promptweave.dataset import DatasetRenderer, _type_name  # noqa: E402
 from promptweave.errors import PromptRenderError, UnknownRoleError  # noqa: E402
 
-REQUIRE_REFERENCE = os.environ.get("PROMPTWEAVE_REQUIRE_REFERENCE") == "1"
 FLAVOR = {"oc": "opencompass", "ais": "aisbench"}
 
 #: minimum number of config FILES rendered and compared per framework
@@ -80,33 +79,6 @@ AIS_CODE = re.compile(r"\[([A-Z0-9]+(?:-[A-Z0-9]+)+)\]")
 
 
 # ============================================================================ the wheels
-
-
-def _package_dir(name: str) -> Path | None:
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _require(path: Path | None, what: str) -> Path:
-    if path is None or not path.is_dir():
-        reason = f"{what} is not installed (reference wheel needed)"
-        if REQUIRE_REFERENCE:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
-
-
-def _configs_root(fw: str) -> Path:
-    if fw == "oc":
-        pkg = _package_dir("opencompass")
-        return _require(pkg / "configs" if pkg else None, "opencompass 0.5.4")
-    pkg = _package_dir("ais_bench")
-    return _require(pkg / "benchmark" / "configs" if pkg else None, "ais_bench 3.1")
 
 
 @functools.cache
@@ -140,7 +112,7 @@ class Meta:
 
 @functools.cache
 def _metas() -> tuple[Meta, ...]:
-    root = _configs_root("oc")
+    root = configs_root("oc")
     metas = [Meta("none", None, False)]
     for name, rel in LM_MODEL_CONFIGS.items():
         (model,) = _load(root / rel).models()
@@ -180,7 +152,7 @@ class Case:
 
     @property
     def rel(self) -> str:
-        return f"{self.path.relative_to(_configs_root(self.fw))}#{self.index}"
+        return f"{self.path.relative_to(configs_root(self.fw))}#{self.index}"
 
     @property
     def infer_cfg(self) -> dict[str, Any]:
@@ -265,7 +237,7 @@ def _signature(ds: dict[str, Any]) -> str:
 
 @functools.cache
 def _corpus(fw: str) -> Corpus:
-    root = _configs_root(fw) / "datasets"
+    root = configs_root(fw) / "datasets"
     files = sorted(
         p
         for p in root.rglob("*.py")
@@ -1435,7 +1407,7 @@ def test_other_inferencers_default_mode(reference: dict[str, Any]) -> None:
     the mode ``DatasetRenderer`` derives from the inferencer, equals what that inferencer feeds
     its model."""
     M = reference["oc"]
-    root = _configs_root("oc") / "datasets"
+    root = configs_root("oc") / "datasets"
     failures: list[str] = []
     checked: collections.Counter[str] = collections.Counter()
     for path in sorted(root.rglob("*.py")):

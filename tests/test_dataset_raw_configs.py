@@ -16,7 +16,6 @@ from __future__ import annotations
 import builtins
 import collections
 import functools
-import importlib.util
 import re
 import sys
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from typing import Any
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
+
+from _wheels import configs_root  # noqa: E402
 
 import promptweave  # noqa: E402
 from promptweave.dataset import _type_name  # noqa: E402
@@ -66,10 +67,7 @@ METAS = {"none": None, "list": META_LIST}
 
 
 def _configs_root() -> Path:
-    spec = importlib.util.find_spec("opencompass")
-    assert spec is not None, "opencompass not installed"
-    assert spec.submodule_search_locations, "opencompass is not a package"
-    return Path(next(iter(spec.submodule_search_locations))) / "configs" / "datasets"
+    return configs_root("oc") / "datasets"
 
 
 @dataclass
