@@ -264,7 +264,7 @@ CHAT_TARGETS: list[tuple[str, float]] = [("transformers", 20.0), ("minijinja-py"
 CHAT_BASE = "ours-batch"
 CHAT_ORDER = [
     "ours-batch",
-    "ours-batch-1t",
+    "ours-batch-2t",
     "ours-loop",
     "transformers",
     "transformers-batch",
@@ -296,8 +296,8 @@ def summarize_chat(data: dict[str, Any]) -> str:
         "Chat templates: ChatTemplate (ours) vs transformers' apply_chat_template, jinja2 and",
         "  minijinja-py on the same conversations, add_generation_prompt=True. Medians per",
         "  conversation: cpu = process CPU time (all threads), wall = wall clock; ratio = the",
-        f"  engine's median / {CHAT_BASE}'s median (> 1: ours is faster). {CHAT_BASE} renders on",
-        "  `threads` threads with the interpreter released: its CPU time adds up those threads.",
+        f"  engine's median / {CHAT_BASE}'s median (> 1: ours is faster). The batch paths render",
+        "  on `threads` threads with the interpreter released; CPU time adds up those threads.",
     ]
     verdicts: list[str] = []
     for w in sorted(by):

@@ -227,8 +227,9 @@ impl PyChatTemplate {
             .map_err(|e| chat_err(e, None))
     }
 
-    /// Render many conversations with the interpreter released (two threads for large
-    /// batches). The first failing conversation's error is raised, naming its index.
+    /// Render many conversations with the interpreter released, on `threads` threads
+    /// (default 1: on the 2-core machines here a second thread measured slower, 14.6 vs
+    /// 9.9 µs wall per conversation). The first failing conversation's error is raised, naming its index.
     #[pyo3(signature = (conversations, variables, add_generation_prompt, continue_final=None, threads=None))]
     fn render_many(
         &self,
@@ -251,11 +252,7 @@ impl PyChatTemplate {
             add_generation_prompt,
             continue_final,
         };
-        let threads = threads
-            .unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
-            })
-            .clamp(1, 16);
+        let threads = threads.unwrap_or(1).clamp(1, 16);
         let inner = &self.inner;
         let result: Result<Vec<String>, (usize, ChatError)> =
             py.detach(|| render_parallel(inner, chats, &vars, &options, threads));
