@@ -15,7 +15,10 @@ Each workload renders the same 10,000 three-turn conversations (generated, seede
   template compiled once, ``template.render(messages=..., ...)`` per conversation (the Jinja2 core
   of ``apply_chat_template`` without transformers' per-call work);
 * ``minijinja-py`` -- the ``minijinja`` Python package (``Environment(trim_blocks=True,
-  lstrip_blocks=True)``), ``render_template`` per conversation (it has no batch API).
+  lstrip_blocks=True)``), ``render_template`` per conversation (it has no batch API);
+* ``floor`` -- not an engine: the same output strings decoded from ready UTF-8 bytes, the
+  least any renderer returning Python ``str`` objects must spend (on the development VM most
+  of it is page faults: the strings of one round are freed before the next allocates its own).
 
 Templates (written for these benchmarks, in the style of the real ones):
 
@@ -249,6 +252,23 @@ def minijinja_loop(wl: ChatWorkload) -> Renderer:
     return render
 
 
+class Floor:
+    """Not an engine: building the same Python strings from ready UTF-8 bytes (encoded by
+    :meth:`prepare`, outside the timed region), the least any renderer returning ``str``
+    objects spends on these conversations."""
+
+    def __init__(self, wl: ChatWorkload) -> None:
+        self.wl = wl
+        self.utf8: list[bytes] = []
+
+    def prepare(self, n: int) -> None:
+        self.utf8 = [s.encode() for s in expected(self.wl, n)]
+
+    def __call__(self, convs: Sequence[Conversation]) -> list[str]:
+        assert len(self.utf8) == len(convs), "Floor.prepare(n) first"
+        return [b.decode() for b in self.utf8]
+
+
 #: impl -> (renderer factory, rounds when timed)
 ENGINES: dict[str, tuple[Callable[[ChatWorkload], Renderer], int]] = {
     "ours-batch": (ours_batch, 15),
@@ -258,6 +278,7 @@ ENGINES: dict[str, tuple[Callable[[ChatWorkload], Renderer], int]] = {
     "transformers-batch": (transformers_batch, 5),
     "jinja2": (jinja2_loop, 7),
     "minijinja-py": (minijinja_loop, 7),
+    "floor": (Floor, 15),
 }
 
 
@@ -309,6 +330,8 @@ def test_chat(benchmark: Any, wl: ChatWorkload, impl: str) -> None:
     convs = conversations(n)
     want = expected(wl, n)  # before the timing: also skips the test without transformers
     renderer = factory(wl)
+    if isinstance(renderer, Floor):
+        renderer.prepare(n)
     clocks = _Clocks(renderer)
     warmup = 0 if benchmark.disabled else 1
     benchmark.group = wl.group

@@ -270,6 +270,7 @@ CHAT_ORDER = [
     "transformers-batch",
     "jinja2",
     "minijinja-py",
+    "floor",
 ]
 
 
@@ -300,6 +301,7 @@ def summarize_chat(data: dict[str, Any]) -> str:
         "  on `threads` threads with the interpreter released; CPU time adds up those threads.",
     ]
     verdicts: list[str] = []
+    floors: list[str] = []
     for w in sorted(by):
         g = by[w]
         base = g.get(CHAT_BASE)
@@ -329,9 +331,23 @@ def summarize_chat(data: dict[str, Any]) -> str:
                     f"  {w:<7}{engine + '/' + CHAT_BASE + ' (' + which + ')':<32}{_x(v, 2):>9}"
                     f"  target >= {bound:g}x  {_verdict(v, '>=', bound)}"
                 )
+        for engine in (CHAT_BASE, "transformers", "minijinja-py"):
+            v = div(clock(g.get(engine), "cpu"), clock(g.get("floor"), "cpu"))
+            if v is not None:
+                floors.append(f"  {w:<7}{engine + '/floor (cpu)':<32}{_x(v, 2):>9}")
     lines.append("")
     lines.append("  Targets (the CPU-time verdict is the conservative one for the 2-thread batch):")
     lines.extend(verdicts)
+    if floors:
+        lines.append("")
+        lines.append(
+            "  Against the floor (the same str objects built from ready UTF-8): an engine's"
+        )
+        lines.append(
+            "  median / the floor's; transformers/floor is the most any engine could reach"
+        )
+        lines.append("  against transformers here.")
+        lines.extend(floors)
     return "\n".join(lines)
 
 

@@ -93,9 +93,18 @@ def render_dataset(
 class CompiledChatTemplate:
     """A HuggingFace chat template compiled by the Rust core (transformers' semantics)."""
 
-    def __new__(cls, source: str, plain_hook: Any | None = None) -> CompiledChatTemplate: ...
+    def __new__(
+        cls, source: str, plain_hook: Any | None = None, fast: bool = True
+    ) -> CompiledChatTemplate: ...
     @property
     def source(self) -> str: ...
+    @property
+    def fast_path(self) -> bool:
+        """Whether plain conversations can take the fast path (same output, fewer steps)."""
+    def fast_render(
+        self, messages: Any, variables: Any, add_generation_prompt: bool
+    ) -> str | None:
+        """The fast path alone: ``None`` when the input is not plain or it gave up."""
     def render(
         self,
         messages: Any,

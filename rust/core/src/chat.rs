@@ -22,6 +22,8 @@ use std::sync::Arc;
 use minijinja::value::{Kwargs, Rest};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
+use crate::chat_fast::FastTemplate;
+pub use crate::chat_fast::{Context as FastContext, Message as FastMessage, Scalar};
 pub use minijinja::Value;
 pub use minijinja::value::{Tuple, ValueKind};
 
@@ -112,20 +114,23 @@ pub struct RenderOptions {
 pub struct ChatTemplate {
     env: Arc<Environment<'static>>,
     source: Arc<str>,
+    fast: Option<Arc<FastTemplate>>,
+}
+
+fn syntax() -> Result<minijinja::syntax::SyntaxConfig, ChatError> {
+    minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(false)
+        .build()
+        .map_err(|e| ChatError::Syntax(e.to_string()))
 }
 
 impl ChatTemplate {
     /// Compiles `source` as transformers would.
     pub fn compile(source: &str) -> Result<Self, ChatError> {
         let mut env = Environment::new();
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .trim_blocks(true)
-                .lstrip_blocks(true)
-                .keep_trailing_newline(false)
-                .build()
-                .map_err(|e| ChatError::Syntax(e.to_string()))?,
-        );
+        env.set_syntax(syntax()?);
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         env.set_formatter(|out, _state, value| {
@@ -153,12 +158,70 @@ impl ChatTemplate {
         });
         env.add_function("strftime_now", strftime_now);
         let rewritten = rewrite_generation_tags(source);
+        let fast = FastTemplate::compile(&rewritten, syntax()?)
+            .filter(FastTemplate::is_useful)
+            .map(Arc::new);
         env.add_template_owned(TEMPLATE_NAME, rewritten)
             .map_err(|e| convert_error(&e))?;
         Ok(ChatTemplate {
             env: Arc::new(env),
             source: Arc::from(source),
+            fast,
         })
+    }
+
+    /// The same template without its fast path (every render goes through the full engine).
+    #[must_use]
+    pub fn without_fast_path(&self) -> ChatTemplate {
+        ChatTemplate {
+            fast: None,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the template has a fast path ([`crate::chat_fast`]).
+    pub fn has_fast_path(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// Renders one conversation on the fast path alone, appending to `out`: `false` (and `out`
+    /// unchanged) when the template has none or it gave up on this conversation.
+    pub fn try_fast(&self, ctx: &FastContext<'_, '_>, out: &mut String) -> bool {
+        let reasoning = ctx
+            .messages
+            .iter()
+            .any(|m| m.fields.iter().any(|(k, _)| REASONING_FIELDS.contains(k)));
+        !reasoning
+            && self
+                .fast
+                .as_ref()
+                .is_some_and(|fast| fast.render_into(ctx, out).is_ok())
+    }
+
+    /// Renders one conversation of plain values (see [`crate::chat_fast`]), appending to
+    /// `out`: on the fast path when it can, else with the full engine. The result is the one
+    /// [`ChatTemplate::render_conversation`] gives for the same input.
+    pub fn render_plain(
+        &self,
+        ctx: &FastContext<'_, '_>,
+        continue_final: Option<&str>,
+        out: &mut String,
+    ) -> Result<(), ChatError> {
+        if continue_final.is_none() && self.try_fast(ctx, out) {
+            return Ok(());
+        }
+        let messages = ctx.messages.iter().map(plain_map).collect();
+        let variables: Vec<(Value, Value)> = ctx
+            .variables
+            .iter()
+            .map(|(k, v)| (Value::from(*k), scalar_value(*v)))
+            .collect();
+        let options = RenderOptions {
+            add_generation_prompt: ctx.add_generation_prompt,
+            continue_final: continue_final.map(str::to_owned),
+        };
+        out.push_str(&self.render_conversation(messages, &variables, &options)?);
+        Ok(())
     }
 
     /// The template source as given.
@@ -279,6 +342,24 @@ impl ChatTemplate {
         }
         Ok(py_str(&final_message))
     }
+}
+
+/// A template value of a plain scalar.
+pub fn scalar_value(v: Scalar<'_>) -> Value {
+    match v {
+        Scalar::Str(s) => Value::from(s),
+        Scalar::Int(i) => Value::from(i),
+        Scalar::Bool(b) => Value::from(b),
+        Scalar::None => Value::from(()),
+    }
+}
+
+/// A plain message as a template map.
+pub fn plain_map(m: &FastMessage<'_>) -> Map {
+    m.fields
+        .iter()
+        .map(|(k, v)| (Value::from(*k), scalar_value(*v)))
+        .collect()
 }
 
 /// `value + tag` with Python's `+` (only strings can be continued).

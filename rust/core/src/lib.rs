@@ -63,6 +63,7 @@
 
 pub mod api;
 pub mod chat;
+pub mod chat_fast;
 pub mod dataset;
 pub mod error;
 pub mod format;

@@ -1,0 +1,1739 @@
+//! A fast path for chat templates: a small tree-walking interpreter for the part of Jinja that
+//! chat templates spend their time in (loops over the messages, `if`, `set`, namespaces, string
+//! concatenation, comparisons, item and attribute lookups, `trim`), working directly on borrowed
+//! message text and writing straight into one output buffer.
+//!
+//! It is an accelerator, never a second source of truth. Anything it does not model exactly as
+//! Jinja2 under transformers does — an unsupported statement, filter or method, a value of
+//! another type than it expects, anything that would raise — makes it give up (*bail*) at the
+//! point where it is reached, and the caller renders that conversation again with the full engine
+//! ([`crate::chat::ChatTemplate`]). Rendering has no side effects, so a bailed attempt costs
+//! only time. Constructs that are never reached (a tools branch, a macro used only with tools)
+//! do not prevent the fast path for the conversations that do not reach them.
+//!
+//! Inputs are the common case only: messages whose values are strings, integers, booleans or
+//! `None`, and template variables of the same kinds; anything else goes to the full engine
+//! before rendering starts.
+
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+use minijinja::Value;
+use minijinja::machinery::ast;
+
+use crate::chat::py_is_space;
+
+/// A scalar input value (a message field or a template variable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scalar<'a> {
+    /// A Python `str`.
+    Str(&'a str),
+    /// A Python `int` that fits in 64 bits.
+    Int(i64),
+    /// A Python `bool`.
+    Bool(bool),
+    /// `None`.
+    None,
+}
+
+/// One message: its fields in insertion order (keys with a `None` value already dropped).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Message<'a> {
+    /// `(key, value)` pairs in the dict's order.
+    pub fields: &'a [(&'a str, Scalar<'a>)],
+}
+
+impl<'a> Message<'a> {
+    fn get(&self, key: &str) -> Option<Scalar<'a>> {
+        self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+}
+
+/// The template's variables besides `messages`, in the order transformers passes them (a later
+/// duplicate overrides an earlier one), and `add_generation_prompt`.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a, 'v> {
+    /// The messages of the conversation.
+    pub messages: &'v [Message<'a>],
+    /// Other variables (special tokens, `tools=None`, extra keyword arguments).
+    pub variables: &'v [(&'a str, Scalar<'a>)],
+    /// `add_generation_prompt`.
+    pub add_generation_prompt: bool,
+}
+
+/// The fast path gave up; render with the full engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bail;
+
+type R<T> = Result<T, Bail>;
+
+// ---------------------------------------------------------------------------------------------
+// The program
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Const {
+    Str(String),
+    Int(i64),
+    Bool(bool),
+    None,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Arith {
+    Sub,
+    Mul,
+    FloorDiv,
+    Rem,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+    In,
+    NotIn,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum FilterKind {
+    Join,
+    Reverse,
+    Trim,
+    Length,
+    String,
+    Lower,
+    Upper,
+    Default,
+    First,
+    Last,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TestKind {
+    Defined,
+    Undefined,
+    None,
+    String,
+    Boolean,
+    True,
+    False,
+    Mapping,
+    Number,
+    Integer,
+    Sequence,
+    Iterable,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum MethodKind {
+    Split,
+    Replace,
+    Upper,
+    Lower,
+    Strip,
+    LStrip,
+    RStrip,
+    StartsWith,
+    EndsWith,
+    Get,
+}
+
+#[derive(Debug, Clone)]
+enum Ex {
+    Const(Const),
+    Var(u32),
+    /// `x['key']` / `x.key` with a constant key: the common message lookup
+    Field(Box<Ex>, String),
+    Item(Box<Ex>, Box<Ex>),
+    Attr(Box<Ex>, String),
+    /// `x[start:stop:step]`
+    Slice(Box<Ex>, [Option<Box<Ex>>; 3]),
+    Not(Box<Ex>),
+    Neg(Box<Ex>),
+    /// `a + b + ...` (left-associative chain, flattened)
+    Add(Vec<Ex>),
+    /// `a ~ b ~ ...`
+    Concat(Vec<Ex>),
+    Arith(Arith, Box<Ex>, Box<Ex>),
+    Cmp(Box<Ex>, Vec<(Cmp, Ex)>),
+    And(Box<Ex>, Box<Ex>),
+    Or(Box<Ex>, Box<Ex>),
+    IfElse(Box<Ex>, Box<Ex>, Option<Box<Ex>>),
+    Filter(FilterKind, Box<Ex>, Vec<Ex>),
+    Test(TestKind, Box<Ex>),
+    Method(Box<Ex>, MethodKind, Vec<Ex>),
+    Namespace(Vec<(String, Ex)>),
+    List(Vec<Ex>),
+    /// Anything else: bails when evaluated.
+    Unsupported,
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Raw(String),
+    Emit(Ex),
+    If(Ex, Vec<Node>, Vec<Node>),
+    For(Box<ForNode>),
+    Set(u32, Ex),
+    SetAttr(u32, String, Ex),
+    Continue,
+    Break,
+    /// Anything else: bails when executed.
+    Unsupported,
+}
+
+#[derive(Debug, Clone)]
+struct ForNode {
+    target: u32,
+    iter: Ex,
+    filter: Option<Ex>,
+    body: Vec<Node>,
+    else_body: Vec<Node>,
+    /// Names the body assigns with `set`: in Jinja2 they are local to one iteration, so reading
+    /// one before it is assigned in the iteration is left to the full engine.
+    assigned: Vec<u32>,
+}
+
+/// A chat template compiled for the fast path.
+#[derive(Debug, Clone)]
+pub struct FastTemplate {
+    nodes: Vec<Node>,
+    size_hint: usize,
+    /// the variable names the template uses; a name's index is its id
+    symbols: Vec<String>,
+    /// per id: the name is one of the environment's globals (functions), which the fast path
+    /// does not model: looking one up unset gives up
+    globals: Vec<bool>,
+}
+
+/// The names defined in transformers' Jinja environment besides the render variables.
+const GLOBALS: [&str; 8] = [
+    "raise_exception",
+    "strftime_now",
+    "namespace",
+    "range",
+    "dict",
+    "lipsum",
+    "cycler",
+    "joiner",
+];
+
+/// Variable names, numbered as they are met (ids compare faster than names).
+#[derive(Default)]
+struct Symbols(Vec<String>);
+
+impl Symbols {
+    fn id(&mut self, name: &str) -> u32 {
+        let at = if let Some(at) = self.0.iter().position(|n| n == name) {
+            at
+        } else {
+            self.0.push(name.to_owned());
+            self.0.len() - 1
+        };
+        u32::try_from(at).unwrap_or(u32::MAX)
+    }
+}
+
+/// Ids every template has: given to these names first.
+const MESSAGES: u32 = 0;
+const ADD_GENERATION_PROMPT: u32 = 1;
+const LOOP: u32 = 2;
+const NAMESPACE: u32 = 3;
+const PRESET: [&str; 4] = ["messages", "add_generation_prompt", "loop", "namespace"];
+
+impl FastTemplate {
+    /// Compiles `source` (already rewritten as the full engine compiles it) with `syntax`;
+    /// `None` when it does not parse (the full engine reports why).
+    pub fn compile(source: &str, syntax: minijinja::syntax::SyntaxConfig) -> Option<FastTemplate> {
+        let tree = minijinja::machinery::parse(source, "chat_template", syntax).ok()?;
+        let ast::Stmt::Template(t) = &tree else {
+            return None;
+        };
+        let mut sy = Symbols(PRESET.iter().map(|s| (*s).to_owned()).collect());
+        let mut nodes = stmts(&mut sy, &t.children);
+        let mut assigned = Vec::new();
+        collect_assigned(&nodes, &mut assigned);
+        if assigned.contains(&NAMESPACE) {
+            // `namespace(...)` would call the template's own variable
+            nodes = vec![Node::Unsupported];
+        }
+        let size_hint = raw_len(&nodes);
+        let globals = sy.0.iter().map(|n| GLOBALS.contains(&n.as_str())).collect();
+        Some(FastTemplate {
+            nodes,
+            size_hint,
+            symbols: sy.0,
+            globals,
+        })
+    }
+
+    /// Whether any part of the template can run on the fast path (a template made only of
+    /// unsupported statements cannot).
+    pub fn is_useful(&self) -> bool {
+        !self.nodes.iter().all(|n| matches!(n, Node::Unsupported))
+    }
+
+    /// Renders one conversation, appending to `out`. On [`Bail`], `out` is restored to its
+    /// length on entry.
+    pub fn render_into(&self, ctx: &Context<'_, '_>, out: &mut String) -> Result<(), Bail> {
+        let start = out.len();
+        let text: usize = ctx
+            .messages
+            .iter()
+            .flat_map(|m| m.fields.iter())
+            .map(|(_, v)| match v {
+                Scalar::Str(s) => s.len(),
+                _ => 0,
+            })
+            .sum();
+        out.reserve(text + self.size_hint + 64);
+        let mut machine = Machine {
+            globals: &self.globals,
+            scope: Vec::with_capacity(16),
+            namespaces: Vec::new(),
+            out,
+        };
+        machine.scope.push((MESSAGES, V::Msgs(ctx.messages)));
+        for (k, v) in ctx.variables {
+            // a variable the template never names is never looked up
+            let Some(id) = self.symbols.iter().position(|n| n == k) else {
+                continue;
+            };
+            let id = u32::try_from(id).map_err(|_| Bail)?;
+            if id == LOOP || id == NAMESPACE {
+                // a caller's `loop` or `namespace` variable: not modelled
+                machine.out.truncate(start);
+                return Err(Bail);
+            }
+            machine.scope.push((id, V::from_scalar(*v)));
+        }
+        machine
+            .scope
+            .push((ADD_GENERATION_PROMPT, V::Bool(ctx.add_generation_prompt)));
+        // `break`/`continue` outside a loop is a syntax error in Jinja2
+        if let Ok(Flow::Normal) = machine.exec(&self.nodes) {
+            Ok(())
+        } else {
+            machine.out.truncate(start);
+            Err(Bail)
+        }
+    }
+}
+
+fn raw_len(nodes: &[Node]) -> usize {
+    nodes
+        .iter()
+        .map(|n| match n {
+            Node::Raw(s) => s.len(),
+            Node::Emit(Ex::Add(items) | Ex::Concat(items)) => items
+                .iter()
+                .map(|e| match e {
+                    Ex::Const(Const::Str(s)) => s.len(),
+                    _ => 0,
+                })
+                .sum(),
+            Node::If(_, a, b) => raw_len(a).max(raw_len(b)),
+            Node::For(f) => raw_len(&f.body) * 4,
+            _ => 0,
+        })
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// AST -> program
+// ---------------------------------------------------------------------------------------------
+
+fn stmts(sy: &mut Symbols, list: &[ast::Stmt<'_>]) -> Vec<Node> {
+    list.iter().map(|s| stmt(sy, s)).collect()
+}
+
+fn stmt(sy: &mut Symbols, s: &ast::Stmt<'_>) -> Node {
+    match s {
+        ast::Stmt::EmitRaw(r) => Node::Raw(r.raw.to_owned()),
+        ast::Stmt::EmitExpr(e) => Node::Emit(expr(sy, &e.expr)),
+        ast::Stmt::IfCond(c) => Node::If(
+            expr(sy, &c.expr),
+            stmts(sy, &c.true_body),
+            stmts(sy, &c.false_body),
+        ),
+        ast::Stmt::ForLoop(f) => {
+            let ast::Expr::Var(target) = &f.target else {
+                return Node::Unsupported;
+            };
+            if f.recursive {
+                return Node::Unsupported;
+            }
+            let body = stmts(sy, &f.body);
+            let else_body = stmts(sy, &f.else_body);
+            let mut in_else = Vec::new();
+            collect_assigned(&else_body, &mut in_else);
+            if !in_else.is_empty() {
+                // the scope of a `set` in a loop's `else` is not modelled
+                return Node::Unsupported;
+            }
+            let mut assigned = Vec::new();
+            collect_assigned(&body, &mut assigned);
+            Node::For(Box::new(ForNode {
+                target: sy.id(target.id),
+                iter: expr(sy, &f.iter),
+                filter: f.filter_expr.as_ref().map(|e| expr(sy, e)),
+                body,
+                else_body,
+                assigned,
+            }))
+        }
+        ast::Stmt::Set(s) => match &s.target {
+            ast::Expr::Var(v) => Node::Set(sy.id(v.id), expr(sy, &s.expr)),
+            ast::Expr::GetAttr(a) => match &a.expr {
+                ast::Expr::Var(v) => {
+                    Node::SetAttr(sy.id(v.id), a.name.to_owned(), expr(sy, &s.expr))
+                }
+                _ => Node::Unsupported,
+            },
+            _ => Node::Unsupported,
+        },
+        ast::Stmt::Continue(_) => Node::Continue,
+        ast::Stmt::Break(_) => Node::Break,
+        _ => Node::Unsupported,
+    }
+}
+
+/// The names assigned by `set` in a loop body (nested loops included: their own assignments
+/// never leak out of them, but listing them too only makes the fast path more careful).
+fn collect_assigned(nodes: &[Node], out: &mut Vec<u32>) {
+    for n in nodes {
+        match n {
+            Node::Set(name, _) if !out.contains(name) => out.push(*name),
+            Node::If(_, a, b) => {
+                collect_assigned(a, out);
+                collect_assigned(b, out);
+            }
+            Node::For(f) => {
+                collect_assigned(&f.body, out);
+                collect_assigned(&f.else_body, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn const_of(v: &Value) -> Ex {
+    use minijinja::value::ValueKind;
+    match v.kind() {
+        ValueKind::String => Ex::Const(Const::Str(v.as_str().unwrap_or_default().to_owned())),
+        ValueKind::Bool => Ex::Const(Const::Bool(v.is_true())),
+        ValueKind::None => Ex::Const(Const::None),
+        ValueKind::Number => match v.as_i64() {
+            // an integer literal (a float literal is not modelled)
+            Some(i) if v.to_string() == i.to_string() => Ex::Const(Const::Int(i)),
+            _ => Ex::Unsupported,
+        },
+        _ => Ex::Unsupported,
+    }
+}
+
+fn boxed(sy: &mut Symbols, e: &ast::Expr<'_>) -> Box<Ex> {
+    Box::new(expr(sy, e))
+}
+
+fn flatten(
+    sy: &mut Symbols,
+    e: &ast::Expr<'_>,
+    kind: fn(&ast::BinOpKind) -> bool,
+    out: &mut Vec<Ex>,
+) {
+    if let ast::Expr::BinOp(b) = e {
+        if kind(&b.op) {
+            flatten(sy, &b.left, kind, out);
+            out.push(expr(sy, &b.right));
+            return;
+        }
+    }
+    out.push(expr(sy, e));
+}
+
+#[allow(clippy::too_many_lines)]
+fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
+    match e {
+        ast::Expr::Var(v) => Ex::Var(sy.id(v.id)),
+        ast::Expr::Const(c) => const_of(&c.value),
+        ast::Expr::Slice(s) => Ex::Slice(
+            boxed(sy, &s.expr),
+            [
+                s.start.as_ref().map(|e| boxed(sy, e)),
+                s.stop.as_ref().map(|e| boxed(sy, e)),
+                s.step.as_ref().map(|e| boxed(sy, e)),
+            ],
+        ),
+        ast::Expr::UnaryOp(u) => match u.op {
+            ast::UnaryOpKind::Not => Ex::Not(boxed(sy, &u.expr)),
+            ast::UnaryOpKind::Neg => Ex::Neg(boxed(sy, &u.expr)),
+        },
+        ast::Expr::BinOp(b) => {
+            let compare = match b.op {
+                ast::BinOpKind::Eq => Some(Cmp::Eq),
+                ast::BinOpKind::Ne => Some(Cmp::Ne),
+                ast::BinOpKind::Lt => Some(Cmp::Lt),
+                ast::BinOpKind::Lte => Some(Cmp::Lte),
+                ast::BinOpKind::Gt => Some(Cmp::Gt),
+                ast::BinOpKind::Gte => Some(Cmp::Gte),
+                ast::BinOpKind::In => Some(Cmp::In),
+                _ => None,
+            };
+            if let Some(op) = compare {
+                return Ex::Cmp(boxed(sy, &b.left), vec![(op, expr(sy, &b.right))]);
+            }
+            let arith = match b.op {
+                ast::BinOpKind::Sub => Some(Arith::Sub),
+                ast::BinOpKind::Mul => Some(Arith::Mul),
+                ast::BinOpKind::FloorDiv => Some(Arith::FloorDiv),
+                ast::BinOpKind::Rem => Some(Arith::Rem),
+                _ => None,
+            };
+            if let Some(op) = arith {
+                return Ex::Arith(op, boxed(sy, &b.left), boxed(sy, &b.right));
+            }
+            match b.op {
+                ast::BinOpKind::Add => {
+                    let mut items = Vec::new();
+                    flatten(sy, e, |k| matches!(k, ast::BinOpKind::Add), &mut items);
+                    Ex::Add(items)
+                }
+                ast::BinOpKind::Concat => {
+                    let mut items = Vec::new();
+                    flatten(sy, e, |k| matches!(k, ast::BinOpKind::Concat), &mut items);
+                    Ex::Concat(items)
+                }
+                ast::BinOpKind::ScAnd => Ex::And(boxed(sy, &b.left), boxed(sy, &b.right)),
+                ast::BinOpKind::ScOr => Ex::Or(boxed(sy, &b.left), boxed(sy, &b.right)),
+                // `/` and `**` make floats; the comparisons and arithmetic are handled above
+                _ => Ex::Unsupported,
+            }
+        }
+        ast::Expr::Compare(c) => Ex::Cmp(
+            boxed(sy, &c.expr),
+            c.ops
+                .iter()
+                .map(|op| {
+                    let kind = match op.op {
+                        ast::CompareOpKind::Eq => Cmp::Eq,
+                        ast::CompareOpKind::Ne => Cmp::Ne,
+                        ast::CompareOpKind::Lt => Cmp::Lt,
+                        ast::CompareOpKind::Lte => Cmp::Lte,
+                        ast::CompareOpKind::Gt => Cmp::Gt,
+                        ast::CompareOpKind::Gte => Cmp::Gte,
+                        ast::CompareOpKind::In => Cmp::In,
+                        ast::CompareOpKind::NotIn => Cmp::NotIn,
+                    };
+                    (kind, expr(sy, &op.expr))
+                })
+                .collect(),
+        ),
+        ast::Expr::IfExpr(i) => Ex::IfElse(
+            boxed(sy, &i.test_expr),
+            boxed(sy, &i.true_expr),
+            i.false_expr.as_ref().map(|e| boxed(sy, e)),
+        ),
+        ast::Expr::Filter(f) => {
+            let Some(target) = &f.expr else {
+                return Ex::Unsupported;
+            };
+            let Some(args) = positional(sy, &f.args) else {
+                return Ex::Unsupported;
+            };
+            let (kind, max_args) = match f.name {
+                "trim" => (FilterKind::Trim, 1),
+                "join" => (FilterKind::Join, 1),
+                "reverse" => (FilterKind::Reverse, 0),
+                "length" | "count" => (FilterKind::Length, 0),
+                "string" => (FilterKind::String, 0),
+                "lower" => (FilterKind::Lower, 0),
+                "upper" => (FilterKind::Upper, 0),
+                "default" | "d" => (FilterKind::Default, 1),
+                "first" => (FilterKind::First, 0),
+                "last" => (FilterKind::Last, 0),
+                _ => return Ex::Unsupported,
+            };
+            if args.len() > max_args {
+                return Ex::Unsupported;
+            }
+            Ex::Filter(kind, boxed(sy, target), args)
+        }
+        ast::Expr::Test(t) => {
+            if !t.args.is_empty() {
+                return Ex::Unsupported;
+            }
+            let kind = match t.name {
+                "defined" => TestKind::Defined,
+                "undefined" => TestKind::Undefined,
+                "none" => TestKind::None,
+                "string" => TestKind::String,
+                "boolean" => TestKind::Boolean,
+                "true" => TestKind::True,
+                "false" => TestKind::False,
+                "mapping" => TestKind::Mapping,
+                "number" => TestKind::Number,
+                "integer" => TestKind::Integer,
+                "sequence" => TestKind::Sequence,
+                "iterable" => TestKind::Iterable,
+                _ => return Ex::Unsupported,
+            };
+            Ex::Test(kind, boxed(sy, &t.expr))
+        }
+        ast::Expr::GetAttr(a) => Ex::Attr(boxed(sy, &a.expr), a.name.to_owned()),
+        ast::Expr::GetItem(i) => match &i.subscript_expr {
+            ast::Expr::Const(c) if c.value.as_str().is_some() => Ex::Field(
+                boxed(sy, &i.expr),
+                c.value.as_str().unwrap_or_default().to_owned(),
+            ),
+            _ => Ex::Item(boxed(sy, &i.expr), boxed(sy, &i.subscript_expr)),
+        },
+        ast::Expr::Call(c) => call(sy, c),
+        ast::Expr::List(l) => Ex::List(l.items.iter().map(|e| expr(sy, e)).collect()),
+        _ => Ex::Unsupported,
+    }
+}
+
+fn positional(sy: &mut Symbols, args: &[ast::CallArg<'_>]) -> Option<Vec<Ex>> {
+    args.iter()
+        .map(|a| match a {
+            ast::CallArg::Pos(e) => Some(expr(sy, e)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn call(sy: &mut Symbols, c: &ast::Call<'_>) -> Ex {
+    match &c.expr {
+        ast::Expr::Var(v) if v.id == "namespace" => {
+            let mut kwargs = Vec::new();
+            for a in &c.args {
+                match a {
+                    ast::CallArg::Kwarg(name, e) => kwargs.push(((*name).to_owned(), expr(sy, e))),
+                    _ => return Ex::Unsupported,
+                }
+            }
+            Ex::Namespace(kwargs)
+        }
+        ast::Expr::GetAttr(a) => {
+            let Some(args) = positional(sy, &c.args) else {
+                return Ex::Unsupported;
+            };
+            let (kind, min, max) = match a.name {
+                "strip" => (MethodKind::Strip, 0, 1),
+                "lstrip" => (MethodKind::LStrip, 0, 1),
+                "rstrip" => (MethodKind::RStrip, 0, 1),
+                // without maxsplit, rsplit splits as split does
+                "split" | "rsplit" => (MethodKind::Split, 0, 1),
+                "replace" => (MethodKind::Replace, 2, 2),
+                "upper" => (MethodKind::Upper, 0, 0),
+                "lower" => (MethodKind::Lower, 0, 0),
+                "startswith" => (MethodKind::StartsWith, 1, 1),
+                "endswith" => (MethodKind::EndsWith, 1, 1),
+                "get" => (MethodKind::Get, 1, 2),
+                _ => return Ex::Unsupported,
+            };
+            if args.len() < min || args.len() > max {
+                return Ex::Unsupported;
+            }
+            Ex::Method(boxed(sy, &a.expr), kind, args)
+        }
+        _ => Ex::Unsupported,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values and the machine
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum S<'a> {
+    B(&'a str),
+    O(Rc<str>),
+}
+
+impl S<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            S::B(s) => s,
+            S::O(s) => s,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum V<'a> {
+    Undef,
+    None,
+    Bool(bool),
+    Int(i64),
+    Str(S<'a>),
+    Msgs(&'a [Message<'a>]),
+    Msg(&'a Message<'a>),
+    Loop {
+        index0: usize,
+        len: usize,
+    },
+    Ns(usize),
+    List(Rc<Vec<V<'a>>>),
+    /// A name a loop body assigns, read before its assignment in this iteration.
+    Poison,
+}
+
+impl<'a> V<'a> {
+    fn from_scalar(s: Scalar<'a>) -> V<'a> {
+        match s {
+            Scalar::Str(s) => V::Str(S::B(s)),
+            Scalar::Int(i) => V::Int(i),
+            Scalar::Bool(b) => V::Bool(b),
+            Scalar::None => V::None,
+        }
+    }
+
+    fn truthy(&self) -> R<bool> {
+        Ok(match self {
+            V::Undef | V::None => false,
+            V::Bool(b) => *b,
+            V::Int(i) => *i != 0,
+            V::Str(s) => !s.as_str().is_empty(),
+            V::Msgs(m) => !m.is_empty(),
+            V::Msg(m) => !m.fields.is_empty(),
+            V::List(l) => !l.is_empty(),
+            V::Loop { .. } | V::Ns(_) => true,
+            V::Poison => return Err(Bail),
+        })
+    }
+
+    /// An integer for arithmetic and ordering (Python's bool is an int).
+    fn num(&self) -> Option<i64> {
+        match self {
+            V::Int(i) => Some(*i),
+            V::Bool(b) => Some(i64::from(*b)),
+            _ => None,
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        match self {
+            V::Str(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// Python's `str()` of a scalar, as Jinja2 prints it; `Bail` for containers.
+fn write_value(out: &mut String, v: &V<'_>) -> R<()> {
+    match v {
+        V::Str(s) => out.push_str(s.as_str()),
+        V::Undef => {}
+        V::None => out.push_str("None"),
+        V::Bool(true) => out.push_str("True"),
+        V::Bool(false) => out.push_str("False"),
+        V::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        _ => return Err(Bail),
+    }
+    Ok(())
+}
+
+/// Python's `==` for the values the fast path models.
+fn equal(a: &V<'_>, b: &V<'_>) -> R<bool> {
+    if let (Some(x), Some(y)) = (a.num(), b.num()) {
+        return Ok(x == y);
+    }
+    Ok(match (a, b) {
+        (V::Str(x), V::Str(y)) => x.as_str() == y.as_str(),
+        (V::None, V::None) | (V::Undef, V::Undef) => true,
+        (
+            V::Str(_) | V::None | V::Undef | V::Bool(_) | V::Int(_),
+            V::Str(_) | V::None | V::Undef | V::Bool(_) | V::Int(_),
+        ) => false,
+        _ => return Err(Bail),
+    })
+}
+
+fn order(a: &V<'_>, b: &V<'_>) -> R<std::cmp::Ordering> {
+    if let (Some(x), Some(y)) = (a.num(), b.num()) {
+        return Ok(x.cmp(&y));
+    }
+    match (a.text(), b.text()) {
+        // UTF-8 byte order is code point order, Python's str order
+        (Some(x), Some(y)) => Ok(x.cmp(y)),
+        _ => Err(Bail),
+    }
+}
+
+fn contains(needle: &V<'_>, hay: &V<'_>) -> R<bool> {
+    match hay {
+        V::Str(h) => match needle.text() {
+            Some(n) => Ok(h.as_str().contains(n)),
+            None => Err(Bail),
+        },
+        V::Msg(m) => match needle.text() {
+            Some(n) => Ok(m.get(n).is_some()),
+            None => Err(Bail),
+        },
+        V::List(items) => {
+            for item in items.iter() {
+                if equal(needle, item)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        _ => Err(Bail),
+    }
+}
+
+/// The methods a dict has: `message.items` and friends are methods in Jinja2, not keys.
+const DICT_ATTRS: [&str; 11] = [
+    "clear",
+    "copy",
+    "fromkeys",
+    "get",
+    "items",
+    "keys",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "values",
+];
+
+fn field<'a>(m: &'a Message<'a>, key: &str) -> R<V<'a>> {
+    match m.get(key) {
+        Some(v) => Ok(V::from_scalar(v)),
+        None if DICT_ATTRS.contains(&key) || key.starts_with('_') => Err(Bail),
+        None => Ok(V::Undef),
+    }
+}
+
+/// A Python index into a sequence of `len` items (`None`: out of range).
+fn py_index(i: i64, len: usize) -> Option<usize> {
+    let len = i64::try_from(len).ok()?;
+    let at = if i < 0 { i + len } else { i };
+    if (0..len).contains(&at) {
+        usize::try_from(at).ok()
+    } else {
+        None
+    }
+}
+
+fn slice_bound(v: Option<i64>, len: usize, default: usize) -> R<usize> {
+    match v {
+        None => Ok(default),
+        Some(i) => {
+            let n = i64::try_from(len).map_err(|_| Bail)?;
+            let at = if i < 0 { (i + n).max(0) } else { i.min(n) };
+            usize::try_from(at).map_err(|_| Bail)
+        }
+    }
+}
+
+/// The indices Python's `seq[start:stop:step]` takes from a sequence of `len` items.
+fn slice_indices(len: usize, first: Option<i64>, end: Option<i64>, stride: i64) -> R<Vec<usize>> {
+    if stride == 0 {
+        return Err(Bail);
+    }
+    let n = i64::try_from(len).map_err(|_| Bail)?;
+    let (lower, upper) = if stride < 0 { (-1, n - 1) } else { (0, n) };
+    let clamp = |v: Option<i64>, default: i64| match v {
+        None => default,
+        Some(i) => {
+            let i = if i < 0 { i + n } else { i };
+            i.clamp(lower, upper)
+        }
+    };
+    let (mut i, limit) = if stride < 0 {
+        (clamp(first, upper), clamp(end, lower))
+    } else {
+        (clamp(first, lower), clamp(end, upper))
+    };
+    let mut out = Vec::new();
+    while (stride > 0 && i < limit) || (stride < 0 && i > limit) {
+        out.push(usize::try_from(i).map_err(|_| Bail)?);
+        i = i.checked_add(stride).ok_or(Bail)?;
+    }
+    Ok(out)
+}
+
+/// Sub-strings of a string value, given as byte ranges of its text: borrowed when it is.
+fn pieces<'a>(v: &V<'a>, ranges: &[(usize, usize)]) -> R<Vec<V<'a>>> {
+    Ok(match v {
+        V::Str(S::B(s)) => ranges
+            .iter()
+            .map(|&(a, b)| V::Str(S::B(&s[a..b])))
+            .collect(),
+        V::Str(S::O(s)) => ranges
+            .iter()
+            .map(|&(a, b)| V::Str(S::O(Rc::from(&s[a..b]))))
+            .collect(),
+        _ => return Err(Bail),
+    })
+}
+
+/// The byte range of `part`, a sub-slice of `whole`.
+fn range_of(whole: &str, part: &str) -> (usize, usize) {
+    let at = part.as_ptr() as usize - whole.as_ptr() as usize;
+    (at, at + part.len())
+}
+
+fn strip_py(s: &str) -> &str {
+    s.trim_matches(py_is_space)
+}
+
+enum Flow {
+    Normal,
+    Break,
+    Continue,
+}
+
+struct Machine<'a, 'o> {
+    globals: &'a [bool],
+    scope: Vec<(u32, V<'a>)>,
+    namespaces: Vec<Vec<(&'a str, V<'a>)>>,
+    out: &'o mut String,
+}
+
+impl<'a> Machine<'a, '_> {
+    fn lookup(&self, name: u32) -> R<V<'a>> {
+        for (k, v) in self.scope.iter().rev() {
+            if *k == name {
+                return match v {
+                    V::Poison => Err(Bail),
+                    v => Ok(v.clone()),
+                };
+            }
+        }
+        self.unset(name)?;
+        Ok(V::Undef)
+    }
+
+    /// An unset name: undefined, unless it names a global (a function).
+    fn unset(&self, name: u32) -> R<()> {
+        match usize::try_from(name).ok().and_then(|i| self.globals.get(i)) {
+            Some(false) => Ok(()),
+            _ => Err(Bail),
+        }
+    }
+
+    /// A variable's value, by reference (`None` when unset; `Bail` when poisoned).
+    fn get(&self, name: u32) -> R<Option<&V<'a>>> {
+        for (k, v) in self.scope.iter().rev() {
+            if *k == name {
+                return match v {
+                    V::Poison => Err(Bail),
+                    v => Ok(Some(v)),
+                };
+            }
+        }
+        self.unset(name)?;
+        Ok(None)
+    }
+
+    /// The text of the commonest string operands without building a value: a string
+    /// constant, a string variable, a message's string field (`None`: evaluate it).
+    fn quick_str(&self, e: &'a Ex) -> R<Option<&'a str>> {
+        Ok(match e {
+            Ex::Const(Const::Str(c)) => Some(c),
+            Ex::Var(id) => match self.get(*id)? {
+                Some(V::Str(S::B(s))) => Some(s),
+                _ => None,
+            },
+            Ex::Field(target, key) => match &**target {
+                Ex::Var(id) => match self.get(*id)? {
+                    Some(V::Msg(m)) => match m.get(key) {
+                        Some(Scalar::Str(s)) => Some(s),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
+    /// The truth of `e`, with the common conditions (`message['role'] == 'user'`, `not x`,
+    /// `a and b`) decided without building values.
+    fn eval_bool(&mut self, e: &'a Ex) -> R<bool> {
+        match e {
+            Ex::Cmp(first, ops) if ops.len() == 1 && matches!(ops[0].0, Cmp::Eq | Cmp::Ne) => {
+                let (op, rhs) = &ops[0];
+                let eq = matches!(op, Cmp::Eq);
+                if let (Some(a), Some(b)) = (self.quick_str(first)?, self.quick_str(rhs)?) {
+                    return Ok((a == b) == eq);
+                }
+                if is_boolish(first) && is_boolish(rhs) {
+                    let a = self.eval_bool(first)?;
+                    let b = self.eval_bool(rhs)?;
+                    return Ok((a == b) == eq);
+                }
+                self.eval(e)?.truthy()
+            }
+            Ex::Not(inner) => Ok(!self.eval_bool(inner)?),
+            // `a and b` is `a` when `a` is false, else `b`: its truth is the conjunction
+            Ex::And(l, r) => Ok(self.eval_bool(l)? && self.eval_bool(r)?),
+            Ex::Or(l, r) => Ok(self.eval_bool(l)? || self.eval_bool(r)?),
+            _ => self.eval(e)?.truthy(),
+        }
+    }
+
+    fn exec(&mut self, nodes: &'a [Node]) -> R<Flow> {
+        for node in nodes {
+            match node {
+                Node::Raw(s) => self.out.push_str(s),
+                Node::Emit(e) => self.emit(e)?,
+                Node::If(cond, yes, no) => {
+                    let branch = if self.eval_bool(cond)? { yes } else { no };
+                    match self.exec(branch)? {
+                        Flow::Normal => {}
+                        flow => return Ok(flow),
+                    }
+                }
+                Node::For(f) => self.for_loop(f)?,
+                Node::Set(name, e) => {
+                    let v = self.eval(e)?;
+                    self.scope.push((*name, v));
+                }
+                Node::SetAttr(ns, attr, e) => {
+                    let V::Ns(i) = self.lookup(*ns)? else {
+                        return Err(Bail);
+                    };
+                    let v = self.eval(e)?;
+                    let attrs = &mut self.namespaces[i];
+                    match attrs.iter_mut().find(|(k, _)| *k == attr.as_str()) {
+                        Some(slot) => slot.1 = v,
+                        None => attrs.push((attr, v)),
+                    }
+                }
+                Node::Continue => return Ok(Flow::Continue),
+                Node::Break => return Ok(Flow::Break),
+                Node::Unsupported => return Err(Bail),
+            }
+        }
+        Ok(Flow::Normal)
+    }
+
+    fn for_loop(&mut self, f: &'a ForNode) -> R<()> {
+        let items: Vec<V<'a>> = match self.eval(&f.iter)? {
+            V::Msgs(m) => m.iter().map(V::Msg).collect(),
+            V::List(l) => l.as_ref().clone(),
+            // iterating an undefined value yields nothing in Jinja2
+            V::Undef => Vec::new(),
+            _ => return Err(Bail),
+        };
+        let base = self.scope.len();
+        let items = match &f.filter {
+            None => items,
+            Some(cond) => {
+                let mut kept = Vec::with_capacity(items.len());
+                for item in items {
+                    self.scope.push((f.target, item.clone()));
+                    let keep = self.eval_bool(cond)?;
+                    self.scope.truncate(base);
+                    if keep {
+                        kept.push(item);
+                    }
+                }
+                kept
+            }
+        };
+        let len = items.len();
+        for (index0, item) in items.into_iter().enumerate() {
+            self.scope.truncate(base);
+            for name in &f.assigned {
+                self.scope.push((*name, V::Poison));
+            }
+            self.scope.push((f.target, item));
+            self.scope.push((LOOP, V::Loop { index0, len }));
+            match self.exec(&f.body)? {
+                Flow::Break => break,
+                Flow::Normal | Flow::Continue => {}
+            }
+        }
+        self.scope.truncate(base);
+        if len == 0 {
+            match self.exec(&f.else_body)? {
+                Flow::Normal => {}
+                // loop controls in a loop's else belong to an outer loop: not modelled
+                _ => return Err(Bail),
+            }
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, e: &'a Ex) -> R<()> {
+        match e {
+            Ex::Add(items) => {
+                // strings are written as they come; anything else starts over on the
+                // general path (evaluation is pure)
+                let start = self.out.len();
+                for item in items {
+                    if let Some(s) = self.quick_str(item)? {
+                        self.out.push_str(s);
+                        continue;
+                    }
+                    if let V::Str(s) = self.eval(item)? {
+                        self.out.push_str(s.as_str());
+                    } else {
+                        self.out.truncate(start);
+                        let v = self.eval(e)?;
+                        return write_value(self.out, &v);
+                    }
+                }
+                Ok(())
+            }
+            Ex::Concat(items) => {
+                let start = self.out.len();
+                for item in items {
+                    let v = self.eval(item)?;
+                    if let Err(bail) = write_value(self.out, &v) {
+                        self.out.truncate(start);
+                        return Err(bail);
+                    }
+                }
+                Ok(())
+            }
+            _ => {
+                if let Some(s) = self.quick_str(e)? {
+                    self.out.push_str(s);
+                    return Ok(());
+                }
+                let v = self.eval(e)?;
+                write_value(self.out, &v)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_lines, clippy::many_single_char_names)]
+    fn eval(&mut self, e: &'a Ex) -> R<V<'a>> {
+        Ok(match e {
+            Ex::Const(c) => match c {
+                Const::Str(s) => V::Str(S::B(s)),
+                Const::Int(i) => V::Int(*i),
+                Const::Bool(b) => V::Bool(*b),
+                Const::None => V::None,
+            },
+            Ex::Var(name) => self.lookup(*name)?,
+            Ex::Field(target, key) => match self.eval(target)? {
+                V::Msg(m) => field(m, key)?,
+                _ => return Err(Bail),
+            },
+            Ex::Item(target, key) => {
+                let target = self.eval(target)?;
+                let key = self.eval(key)?;
+                match (&target, &key) {
+                    (V::Msgs(m), k) => match k.num() {
+                        Some(i) if !matches!(k, V::Bool(_)) => match py_index(i, m.len()) {
+                            Some(at) => V::Msg(&m[at]),
+                            None => V::Undef,
+                        },
+                        _ => return Err(Bail),
+                    },
+                    (V::Msg(m), V::Str(k)) => field(m, k.as_str())?,
+                    (V::List(l), V::Int(i)) => match py_index(*i, l.len()) {
+                        Some(at) => l[at].clone(),
+                        None => V::Undef,
+                    },
+                    _ => return Err(Bail),
+                }
+            }
+            Ex::Attr(target, name) => match self.eval(target)? {
+                // `message.items` is the dict's method in Jinja2, whatever the keys
+                V::Msg(_) if DICT_ATTRS.contains(&name.as_str()) => return Err(Bail),
+                V::Msg(m) => field(m, name)?,
+                V::Loop { index0, len } => match name.as_str() {
+                    "index0" => V::Int(i64::try_from(index0).map_err(|_| Bail)?),
+                    "index" => V::Int(i64::try_from(index0 + 1).map_err(|_| Bail)?),
+                    "revindex" => V::Int(i64::try_from(len - index0).map_err(|_| Bail)?),
+                    "revindex0" => V::Int(i64::try_from(len - index0 - 1).map_err(|_| Bail)?),
+                    "first" => V::Bool(index0 == 0),
+                    "last" => V::Bool(index0 + 1 == len),
+                    "length" => V::Int(i64::try_from(len).map_err(|_| Bail)?),
+                    _ => return Err(Bail),
+                },
+                V::Ns(i) => self.namespaces[i]
+                    .iter()
+                    .find(|(k, _)| *k == name.as_str())
+                    .map_or(V::Undef, |(_, v)| v.clone()),
+                _ => return Err(Bail),
+            },
+            Ex::Slice(target, bounds) => {
+                let target = self.eval(target)?;
+                let mut at: [Option<i64>; 3] = [None; 3];
+                for (slot, e) in at.iter_mut().zip(bounds) {
+                    if let Some(e) = e {
+                        match self.eval(e)? {
+                            V::None => {}
+                            v => *slot = Some(v.num().ok_or(Bail)?),
+                        }
+                    }
+                }
+                let [start, stop, stride] = at;
+                let stride = stride.unwrap_or(1);
+                match target {
+                    V::Msgs(m) if stride == 1 => {
+                        let a = slice_bound(start, m.len(), 0)?;
+                        let b = slice_bound(stop, m.len(), m.len())?;
+                        V::Msgs(if a < b { &m[a..b] } else { &m[0..0] })
+                    }
+                    V::Msgs(m) => V::List(Rc::new(
+                        slice_indices(m.len(), start, stop, stride)?
+                            .into_iter()
+                            .map(|i| V::Msg(&m[i]))
+                            .collect(),
+                    )),
+                    V::List(l) => V::List(Rc::new(
+                        slice_indices(l.len(), start, stop, stride)?
+                            .into_iter()
+                            .map(|i| l[i].clone())
+                            .collect(),
+                    )),
+                    _ => return Err(Bail),
+                }
+            }
+            Ex::Not(inner) => V::Bool(!self.eval_bool(inner)?),
+            Ex::Neg(inner) => match self.eval(inner)?.num() {
+                Some(i) => V::Int(i.checked_neg().ok_or(Bail)?),
+                None => return Err(Bail),
+            },
+            Ex::Add(items) => {
+                let mut acc = self.eval(&items[0])?;
+                for item in &items[1..] {
+                    let right = self.eval(item)?;
+                    acc = add(&acc, &right)?;
+                }
+                acc
+            }
+            Ex::Concat(items) => {
+                let mut buf = String::new();
+                for item in items {
+                    let v = self.eval(item)?;
+                    write_value(&mut buf, &v)?;
+                }
+                V::Str(S::O(Rc::from(buf)))
+            }
+            Ex::Arith(op, l, r) => {
+                let (Some(a), Some(b)) = (self.eval(l)?.num(), self.eval(r)?.num()) else {
+                    return Err(Bail);
+                };
+                V::Int(arith(*op, a, b)?)
+            }
+            Ex::Cmp(first, ops) => {
+                let mut left = self.eval(first)?;
+                for (op, e) in ops {
+                    let right = self.eval(e)?;
+                    let ok = match op {
+                        Cmp::Eq => equal(&left, &right)?,
+                        Cmp::Ne => !equal(&left, &right)?,
+                        Cmp::Lt => order(&left, &right)?.is_lt(),
+                        Cmp::Lte => order(&left, &right)?.is_le(),
+                        Cmp::Gt => order(&left, &right)?.is_gt(),
+                        Cmp::Gte => order(&left, &right)?.is_ge(),
+                        Cmp::In => contains(&left, &right)?,
+                        Cmp::NotIn => !contains(&left, &right)?,
+                    };
+                    if !ok {
+                        return Ok(V::Bool(false));
+                    }
+                    left = right;
+                }
+                V::Bool(true)
+            }
+            Ex::And(l, r) => {
+                let left = self.eval(l)?;
+                if left.truthy()? { self.eval(r)? } else { left }
+            }
+            Ex::Or(l, r) => {
+                let left = self.eval(l)?;
+                if left.truthy()? { left } else { self.eval(r)? }
+            }
+            Ex::IfElse(test, yes, no) => {
+                if self.eval_bool(test)? {
+                    self.eval(yes)?
+                } else {
+                    match no {
+                        Some(no) => self.eval(no)?,
+                        None => V::Undef,
+                    }
+                }
+            }
+            Ex::Filter(kind, target, args) => {
+                let v = self.eval(target)?;
+                self.filter(*kind, v, args)?
+            }
+            Ex::Test(kind, target) => {
+                let v = self.eval(target)?;
+                V::Bool(match kind {
+                    TestKind::Defined => !matches!(v, V::Undef),
+                    TestKind::Undefined => matches!(v, V::Undef),
+                    TestKind::None => matches!(v, V::None),
+                    TestKind::String => matches!(v, V::Str(_)),
+                    TestKind::Boolean => matches!(v, V::Bool(_)),
+                    TestKind::True => matches!(v, V::Bool(true)),
+                    TestKind::False => matches!(v, V::Bool(false)),
+                    TestKind::Number => matches!(v, V::Int(_) | V::Bool(_)),
+                    TestKind::Integer => matches!(v, V::Int(_)),
+                    TestKind::Mapping => match v {
+                        V::Msg(_) => true,
+                        V::Ns(_) | V::Poison => return Err(Bail),
+                        _ => false,
+                    },
+                    TestKind::Sequence => match v {
+                        V::Msgs(_) | V::Msg(_) | V::Str(_) | V::List(_) | V::Undef => true,
+                        V::None | V::Bool(_) | V::Int(_) => false,
+                        _ => return Err(Bail),
+                    },
+                    TestKind::Iterable => match v {
+                        V::Msgs(_) | V::Msg(_) | V::Str(_) | V::List(_) | V::Undef => true,
+                        V::None | V::Bool(_) | V::Int(_) => false,
+                        _ => return Err(Bail),
+                    },
+                })
+            }
+            Ex::Method(target, kind, args) => {
+                let v = self.eval(target)?;
+                self.method(v, *kind, args)?
+            }
+            Ex::Namespace(kwargs) => {
+                let mut attrs = Vec::with_capacity(kwargs.len());
+                for (k, e) in kwargs {
+                    let v = self.eval(e)?;
+                    match attrs.iter_mut().find(|(name, _)| *name == k.as_str()) {
+                        Some(slot) => *slot = (k.as_str(), v),
+                        None => attrs.push((k.as_str(), v)),
+                    }
+                }
+                self.namespaces.push(attrs);
+                V::Ns(self.namespaces.len() - 1)
+            }
+            Ex::List(items) => {
+                let mut vals = Vec::with_capacity(items.len());
+                for item in items {
+                    vals.push(self.eval(item)?);
+                }
+                V::List(Rc::new(vals))
+            }
+            Ex::Unsupported => return Err(Bail),
+        })
+    }
+
+    fn filter(&mut self, kind: FilterKind, v: V<'a>, args: &'a [Ex]) -> R<V<'a>> {
+        Ok(match kind {
+            FilterKind::Join => {
+                let sep = match args.first() {
+                    None => None,
+                    Some(e) => Some(self.eval(e)?),
+                };
+                let sep = match &sep {
+                    None => "",
+                    Some(V::Str(s)) => s.as_str(),
+                    Some(_) => return Err(Bail),
+                };
+                let V::List(items) = v else {
+                    return Err(Bail);
+                };
+                let mut buf = String::new();
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        buf.push_str(sep);
+                    }
+                    write_value(&mut buf, item)?;
+                }
+                V::Str(S::O(Rc::from(buf)))
+            }
+            FilterKind::Reverse => match v {
+                V::Msgs(m) => V::List(Rc::new(m.iter().rev().map(V::Msg).collect())),
+                V::List(l) => V::List(Rc::new(l.iter().rev().cloned().collect())),
+                V::Str(s) => V::Str(S::O(Rc::from(s.as_str().chars().rev().collect::<String>()))),
+                _ => return Err(Bail),
+            },
+            FilterKind::Trim => {
+                if !args.is_empty() {
+                    return Err(Bail);
+                }
+                match v {
+                    V::Str(S::B(s)) => V::Str(S::B(strip_py(s))),
+                    V::Str(S::O(s)) => V::Str(S::O(Rc::from(strip_py(&s)))),
+                    _ => return Err(Bail),
+                }
+            }
+            FilterKind::Length => match v {
+                V::Str(s) => V::Int(i64::try_from(s.as_str().chars().count()).map_err(|_| Bail)?),
+                V::Msgs(m) => V::Int(i64::try_from(m.len()).map_err(|_| Bail)?),
+                V::Msg(m) => V::Int(i64::try_from(m.fields.len()).map_err(|_| Bail)?),
+                V::List(l) => V::Int(i64::try_from(l.len()).map_err(|_| Bail)?),
+                _ => return Err(Bail),
+            },
+            FilterKind::String => match v {
+                V::Str(_) => v,
+                other => {
+                    let mut buf = String::new();
+                    write_value(&mut buf, &other)?;
+                    V::Str(S::O(Rc::from(buf)))
+                }
+            },
+            FilterKind::Lower | FilterKind::Upper => match v.text() {
+                // Python's case mapping differs from Rust's outside ASCII in places
+                Some(s) if s.is_ascii() => {
+                    let mapped = if matches!(kind, FilterKind::Lower) {
+                        s.to_ascii_lowercase()
+                    } else {
+                        s.to_ascii_uppercase()
+                    };
+                    V::Str(S::O(Rc::from(mapped)))
+                }
+                _ => return Err(Bail),
+            },
+            FilterKind::Default => match v {
+                V::Undef => match args.first() {
+                    Some(e) => self.eval(e)?,
+                    None => V::Str(S::B("")),
+                },
+                V::Poison => return Err(Bail),
+                v => v,
+            },
+            FilterKind::First | FilterKind::Last => match v {
+                V::Msgs(m) => {
+                    let item = if matches!(kind, FilterKind::First) {
+                        m.first()
+                    } else {
+                        m.last()
+                    };
+                    item.map_or(V::Undef, V::Msg)
+                }
+                V::List(l) => {
+                    let item = if matches!(kind, FilterKind::First) {
+                        l.first()
+                    } else {
+                        l.last()
+                    };
+                    item.cloned().unwrap_or(V::Undef)
+                }
+                _ => return Err(Bail),
+            },
+        })
+    }
+
+    fn method(&mut self, v: V<'a>, kind: MethodKind, args: &'a [Ex]) -> R<V<'a>> {
+        match kind {
+            MethodKind::Get => {
+                let V::Msg(m) = v else {
+                    return Err(Bail);
+                };
+                let V::Str(key) = self.eval(&args[0])? else {
+                    return Err(Bail);
+                };
+                match m.get(key.as_str()) {
+                    Some(s) => Ok(V::from_scalar(s)),
+                    None => match args.get(1) {
+                        Some(e) => self.eval(e),
+                        None => Ok(V::None),
+                    },
+                }
+            }
+            MethodKind::Strip | MethodKind::LStrip | MethodKind::RStrip => {
+                let chars = match args.first() {
+                    None => None,
+                    Some(e) => match self.eval(e)? {
+                        V::None => None,
+                        V::Str(c) => Some(c),
+                        _ => return Err(Bail),
+                    },
+                };
+                let Some(text) = v.text() else {
+                    return Err(Bail);
+                };
+                let set = chars.as_ref().map(S::as_str);
+                let strip = |c: char| set.map_or_else(|| py_is_space(c), |set| set.contains(c));
+                let t = match kind {
+                    MethodKind::Strip => text.trim_matches(strip),
+                    MethodKind::LStrip => text.trim_start_matches(strip),
+                    _ => text.trim_end_matches(strip),
+                };
+                let range = range_of(text, t);
+                Ok(pieces(&v, &[range])?.swap_remove(0))
+            }
+            MethodKind::Split => {
+                let sep = match args.first() {
+                    None => None,
+                    Some(e) => match self.eval(e)? {
+                        V::None => None,
+                        // an empty separator is a ValueError in Python
+                        V::Str(c) if !c.as_str().is_empty() => Some(c),
+                        _ => return Err(Bail),
+                    },
+                };
+                let Some(text) = v.text() else {
+                    return Err(Bail);
+                };
+                let ranges: Vec<(usize, usize)> = match &sep {
+                    Some(sep) => text
+                        .split(sep.as_str())
+                        .map(|p| range_of(text, p))
+                        .collect(),
+                    // runs of whitespace, no empty strings
+                    None => text
+                        .split(py_is_space)
+                        .filter(|p| !p.is_empty())
+                        .map(|p| range_of(text, p))
+                        .collect(),
+                };
+                Ok(V::List(Rc::new(pieces(&v, &ranges)?)))
+            }
+            MethodKind::Replace => {
+                let (Some(text), V::Str(old), V::Str(new)) =
+                    (v.text(), self.eval(&args[0])?, self.eval(&args[1])?)
+                else {
+                    return Err(Bail);
+                };
+                Ok(V::Str(S::O(Rc::from(
+                    text.replace(old.as_str(), new.as_str()),
+                ))))
+            }
+            MethodKind::Upper | MethodKind::Lower => self.filter(
+                if matches!(kind, MethodKind::Upper) {
+                    FilterKind::Upper
+                } else {
+                    FilterKind::Lower
+                },
+                v,
+                &[],
+            ),
+            MethodKind::StartsWith | MethodKind::EndsWith => {
+                let (Some(s), V::Str(arg)) = (v.text(), self.eval(&args[0])?) else {
+                    return Err(Bail);
+                };
+                Ok(V::Bool(if matches!(kind, MethodKind::StartsWith) {
+                    s.starts_with(arg.as_str())
+                } else {
+                    s.ends_with(arg.as_str())
+                }))
+            }
+        }
+    }
+}
+
+/// An expression whose value is always a bool.
+fn is_boolish(e: &Ex) -> bool {
+    matches!(e, Ex::Cmp(..) | Ex::Not(_) | Ex::Test(..))
+}
+
+fn add<'a>(left: &V<'a>, right: &V<'a>) -> R<V<'a>> {
+    if let (Some(x), Some(y)) = (left.num(), right.num()) {
+        return Ok(V::Int(x.checked_add(y).ok_or(Bail)?));
+    }
+    match (left.text(), right.text()) {
+        (Some(x), Some(y)) => {
+            let mut joined = String::with_capacity(x.len() + y.len());
+            joined.push_str(x);
+            joined.push_str(y);
+            Ok(V::Str(S::O(Rc::from(joined))))
+        }
+        _ => Err(Bail),
+    }
+}
+
+fn arith(op: Arith, a: i64, b: i64) -> R<i64> {
+    match op {
+        Arith::Sub => a.checked_sub(b).ok_or(Bail),
+        Arith::Mul => a.checked_mul(b).ok_or(Bail),
+        Arith::FloorDiv => {
+            if b == 0 {
+                return Err(Bail);
+            }
+            let q = a.checked_div(b).ok_or(Bail)?;
+            // Python floors toward negative infinity
+            Ok(if (a % b != 0) && ((a < 0) != (b < 0)) {
+                q - 1
+            } else {
+                q
+            })
+        }
+        Arith::Rem => {
+            if b == 0 {
+                return Err(Bail);
+            }
+            let r = a.checked_rem(b).ok_or(Bail)?;
+            Ok(if r != 0 && ((r < 0) != (b < 0)) {
+                r + b
+            } else {
+                r
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Context, Message, Scalar};
+    use crate::chat::{ChatTemplate, RenderOptions, plain_map};
+
+    const VARS: [(&str, Scalar<'static>); 3] = [
+        ("bos_token", Scalar::Str("<s>")),
+        ("eos_token", Scalar::Str("</s>")),
+        ("tools", Scalar::None),
+    ];
+
+    /// The fast path's output (`None`: it gave up) and the full engine's (`Err`: it failed).
+    fn both(
+        src: &str,
+        messages: &[Message<'_>],
+        agp: bool,
+    ) -> (Option<String>, Result<String, String>) {
+        let template = ChatTemplate::compile(src).unwrap();
+        let ctx = Context {
+            messages,
+            variables: &VARS,
+            add_generation_prompt: agp,
+        };
+        let mut out = String::new();
+        let fast = template.try_fast(&ctx, &mut out).then_some(out);
+        let vars: Vec<_> = VARS
+            .iter()
+            .map(|(k, v)| (minijinja::Value::from(*k), crate::chat::scalar_value(*v)))
+            .collect();
+        let full = template
+            .without_fast_path()
+            .render_conversation(
+                messages.iter().map(plain_map).collect(),
+                &vars,
+                &RenderOptions {
+                    add_generation_prompt: agp,
+                    continue_final: None,
+                },
+            )
+            .map_err(|e| e.to_string());
+        (fast, full)
+    }
+
+    /// The fast path renders `src` and agrees with the full engine.
+    fn fast_equal(src: &str, messages: &[Message<'_>], agp: bool) -> String {
+        let (fast, full) = both(src, messages, agp);
+        assert!(fast.is_some(), "the fast path gave up on {src:?}");
+        let fast = fast.unwrap_or_default();
+        assert_eq!(Ok(fast.clone()), full, "{src:?}");
+        fast
+    }
+
+    /// The fast path gives up on `src` (the full engine decides).
+    fn gives_up(src: &str, messages: &[Message<'_>]) {
+        let (fast, _) = both(src, messages, false);
+        assert_eq!(fast, None, "{src:?}");
+    }
+
+    const SYS: [(&str, Scalar<'static>); 2] = [
+        ("role", Scalar::Str("system")),
+        ("content", Scalar::Str("  Be brief.\n")),
+    ];
+    const USER: [(&str, Scalar<'static>); 2] = [
+        ("role", Scalar::Str("user")),
+        ("content", Scalar::Str("Hi ☃")),
+    ];
+    const BOT: [(&str, Scalar<'static>); 3] = [
+        ("role", Scalar::Str("assistant")),
+        ("content", Scalar::Str("Hello.")),
+        ("turn", Scalar::Int(2)),
+    ];
+
+    fn chat() -> Vec<Message<'static>> {
+        vec![
+            Message { fields: &SYS },
+            Message { fields: &USER },
+            Message { fields: &BOT },
+            Message { fields: &USER },
+        ]
+    }
+
+    #[test]
+    fn chatml_and_llama3_shapes_take_the_fast_path() {
+        let chatml = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- set turns = messages[1:] %}{%- else %}{%- set turns = messages %}{%- endif %}\n{%- for message in turns %}\n    {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n{%- endfor %}\n{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+        let out = fast_equal(chatml, &chat(), true);
+        assert!(
+            out.starts_with("<|im_start|>system\n  Be brief.\n<|im_end|>\n<|im_start|>user\nHi ☃")
+        );
+        assert!(out.ends_with("<|im_start|>assistant\n"));
+        let llama = "{{- bos_token }}{%- for message in messages %}{%- if loop.index0 == 0 and message.role == 'system' %}{%- set c = message['content'] | trim %}{%- else %}{%- set c = message.content | trim %}{%- endif %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + c + '<|eot_id|>' }}{%- endfor %}";
+        let out = fast_equal(llama, &chat(), false);
+        assert!(out.contains("system<|end_header_id|>\n\nBe brief.<|eot_id|>"));
+    }
+
+    #[test]
+    fn scalars_print_and_compare_as_in_python() {
+        let src = "{% for m in messages %}{{ loop.index }}/{{ loop.length }} {{ m.turn }} {{ m.turn is defined }} {{ m.turn == 2 }} {{ m.missing }}|{{ m.content | length }} {{ not m.turn }} {{ m.turn or 'x' }} {{ m.turn and 'y' }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 'a' ~ 1 ~ none }}\n{% endfor %}";
+        let out = fast_equal(src, &chat(), false);
+        assert!(
+            out.contains("3/4 2 True True |6 False 2 y -4 2 a1None"),
+            "{out}"
+        );
+        assert!(
+            out.contains("2/4  False False |4 True x  -4 2 a1None"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn loop_scope_namespace_filters_and_methods() {
+        let src = "{% set ns = namespace(n=0, last='') %}{% set x = 'outer' %}{% for m in messages if m.role != 'system' %}{% set x = m.role %}{% set ns.n = ns.n + 1 %}{% set ns.last = m.content.strip() %}{% if loop.last %}[{{ x }}]{% endif %}{% if m.content.startswith('Hi') %}h{% continue %}{% endif %}{% if m.role == 'assistant' %}{% break %}{% endif %}{% endfor %}{{ x }} {{ ns.n }} {{ ns.last }} {{ messages | length }} {{ (messages | first).role }} {{ (messages | last).role | upper }} {{ messages[-1].get('nope', 'dflt') }} {{ messages[0].get('role') }} {{ 'user' in messages[1] }} {{ 'Hi' in messages[1].content }} {{ messages[5] is defined }} {{ 'b' if messages[1:3] else 'c' }}{{ messages[-2:] | length }}";
+        let out = fast_equal(src, &chat(), false);
+        assert_eq!(
+            out,
+            "houter 2 Hello. 4 system USER dflt system False True False b2"
+        );
+        // a name the loop body assigns, read before its assignment in the iteration
+        gives_up(
+            "{% set x = 1 %}{% for m in messages %}{{ x }}{% set x = 2 %}{% endfor %}",
+            &chat(),
+        );
+    }
+
+    #[test]
+    fn python_string_methods_slices_and_list_filters() {
+        let src = "{% for m in messages[::-1] %}{{ m.role }},{% endfor %}|{% for m in messages[3:0:-2] %}{{ m.role }},{% endfor %}|{{ (messages | reverse | first).role }}|{{ ' a  b\tc '.split() | join('+') }}|{{ 'x</think>\n\ny'.split('</think>')[-1].lstrip('\n') }}|{{ messages[0].content.rstrip('\n').strip() }}|{{ 'aXbX'.replace('X', '-') }}|{{ [1, true, none, 'z'] | join }}|{{ 'abc' | reverse }}|{{ messages[1].content.split('i')[0].upper() }}|{{ '..a..'.strip('.') }}";
+        let out = fast_equal(src, &chat(), false);
+        assert_eq!(
+            out,
+            "user,assistant,user,system,|user,user,|user|a+b+c|y|Be brief.|a-b-|1TrueNonez|cba|H|a"
+        );
+        gives_up("{{ 'a'.split('') }}", &chat());
+        gives_up("{{ 'a,b'.split(',', 1) }}", &chat());
+        gives_up("{{ messages[::0] }}", &chat());
+    }
+
+    #[test]
+    fn unsupported_or_failing_constructs_give_up() {
+        for src in [
+            "{{ messages | tojson }}",
+            "{% macro f(x) %}{{ x }}{% endmacro %}{{ f(1) }}",
+            "{{ raise_exception('no') }}",
+            "{% if strftime_now is defined %}{{ strftime_now('%Y') }}{% endif %}",
+            "{{ messages[0].items }}",
+            "{{ messages[0].content + 1 }}",
+            "{{ messages[0] }}",
+            "{{ 1 / 2 }}",
+            "{{ 'Ä'.lower() }}",
+            "{% for x in none %}{% endfor %}",
+            "{{ messages[0].missing.attr }}",
+            "{{ (messages[0].content ~ messages) }}",
+        ] {
+            gives_up(src, &chat());
+        }
+        // the full engine's error stands (raise_exception's message)
+        let (fast, full) = both("{{ raise_exception('bad role') }}", &chat(), false);
+        assert_eq!(fast, None);
+        assert!(full.unwrap_err().contains("bad role"));
+    }
+
+    #[test]
+    fn only_the_reached_part_must_be_supported() {
+        let src = "{% if tools %}{{ tools | tojson }}{% macro m() %}{% endmacro %}{% else %}{{ messages[1].content }}{% endif %}";
+        assert_eq!(fast_equal(src, &chat(), false), "Hi ☃");
+    }
+}
