@@ -251,6 +251,43 @@ def test_render_many_equals_render(corpus: dict[str, str]) -> None:
         )
 
 
+def test_render_many_input_forms_and_blocks(corpus: dict[str, str]) -> None:
+    """Plain and non-plain conversations mixed, tuples, a generator of conversations,
+    ``Conversation``-like objects (``.messages``), and enough text to span many blocks."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Msg:
+        role: str
+        content: str
+
+    class Conversation:
+        def __init__(self, messages: list[Any]) -> None:
+            self.messages = messages
+
+    class Text(str):
+        pass
+
+    t = ChatTemplate(corpus["Qwen-Qwen2.5-7B-Instruct"], special_tokens=chat_corpus.SPECIAL_TOKENS)
+    big = "x" * 70_000  # four of these fill a rendering block
+    convs: list[Any] = []
+    for i in range(40):
+        user = {"role": "user", "content": f"{i} {big if i % 7 == 0 else ''}"}
+        convs += [
+            [user],
+            (user, {"role": "assistant", "content": Text("reply")}),  # a str subclass: not plain
+            [Msg("user", str(i))],  # a dataclass: not plain
+            Conversation([user]),
+        ]
+    want = [t.render(getattr(c, "messages", c)) for c in convs]
+    assert t.render_many(convs) == want
+    assert t.render_many(c for c in convs) == want
+    with pytest.raises(ChatInputError, match=r"^conversation 5: Cannot apply chat template to an"):
+        t.render_many([*convs[:5], []])
+    with pytest.raises(ChatInputError, match=r"^conversation 1: Cannot apply"):
+        t.render_many([convs[0], Conversation([])])
+
+
 def test_render_many_names_the_failing_conversation(corpus: dict[str, str]) -> None:
     t = ChatTemplate(corpus["google-gemma-2-2b-it"], bos_token="<bos>")
     convs = [[chat_corpus.USER1]] * 3 + [[chat_corpus.SYSTEM, chat_corpus.USER1]]

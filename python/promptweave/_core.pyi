@@ -101,9 +101,7 @@ class CompiledChatTemplate:
     @property
     def fast_path(self) -> bool:
         """Whether plain conversations can take the fast path (same output, fewer steps)."""
-    def fast_render(
-        self, messages: Any, variables: Any, add_generation_prompt: bool
-    ) -> str | None:
+    def fast_render(self, messages: Any, variables: Any, add_generation_prompt: bool) -> str | None:
         """The fast path alone: ``None`` when the input is not plain or it gave up."""
     def render(
         self,

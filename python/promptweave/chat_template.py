@@ -417,16 +417,30 @@ class ChatTemplate:
         calling :meth:`render` on each. An error names the conversation's index. ``threads``
         rendering threads (default 1; a second thread measured slower on 2 shared cores)."""
         compiled = self._select(chat_template, tools)
-        chats = [self._conversation(c, i) for i, c in enumerate(conversations)]
-        field = self._continue_field(continue_final_message, add_generation_prompt)
-        variables = self._variables(tools, documents, extra)
+        if not isinstance(conversations, (list, tuple)):
+            conversations = list(conversations)
+        if self.system != "keep":
+            chats = [self._conversation(c, i) for i, c in enumerate(conversations)]
+        try:
+            field = self._continue_field(continue_final_message, add_generation_prompt)
+            variables = self._variables(tools, documents, extra)
+        except Exception:
+            # transformers reports an empty conversation first
+            for i, c in enumerate(conversations):
+                self._conversation(c, i)
+            raise
         if self.system == "auto":
             outs = [
                 self._render_auto(compiled, c, variables, add_generation_prompt, field, i)
                 for i, c in enumerate(chats)
             ]
-        else:
+        elif self.system == "merge":
             outs = compiled.render_many(chats, variables, add_generation_prompt, field, threads)
+        else:
+            # the core takes a Conversation's .messages and refuses empty conversations itself
+            outs = compiled.render_many(
+                conversations, variables, add_generation_prompt, field, threads
+            )
         if self.tokenizer_adds_bos and self.double_bos != "ignore":
             for i, out in enumerate(outs):
                 self._check_bos(out, i)

@@ -956,6 +956,37 @@ impl<'a> Machine<'a, '_> {
                 },
                 _ => None,
             },
+            // `x | trim` and `x.strip()`: Python's whitespace off both ends
+            Ex::Filter(FilterKind::Trim, inner, args) if args.is_empty() => {
+                self.quick_str(inner)?.map(strip_py)
+            }
+            Ex::Method(inner, MethodKind::Strip, args) if args.is_empty() => {
+                self.quick_str(inner)?.map(strip_py)
+            }
+            _ => None,
+        })
+    }
+
+    /// The value of the commonest integer operands without building a value: an integer
+    /// constant, `loop.index0`/`loop.index`, and `+ - * // %` of those (`None`: evaluate it).
+    fn quick_int(&self, e: &'a Ex) -> R<Option<i64>> {
+        Ok(match e {
+            Ex::Const(Const::Int(i)) => Some(*i),
+            Ex::Attr(target, name) => match &**target {
+                Ex::Var(LOOP) => match self.get(LOOP)? {
+                    Some(V::Loop { index0, .. }) => match name.as_str() {
+                        "index0" => i64::try_from(*index0).ok(),
+                        "index" => i64::try_from(*index0 + 1).ok(),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            },
+            Ex::Arith(op, left, right) => match (self.quick_int(left)?, self.quick_int(right)?) {
+                (Some(x), Some(y)) => Some(arith(*op, x, y)?),
+                _ => None,
+            },
             _ => None,
         })
     }
@@ -968,6 +999,9 @@ impl<'a> Machine<'a, '_> {
                 let (op, rhs) = &ops[0];
                 let eq = matches!(op, Cmp::Eq);
                 if let (Some(a), Some(b)) = (self.quick_str(first)?, self.quick_str(rhs)?) {
+                    return Ok((a == b) == eq);
+                }
+                if let (Some(a), Some(b)) = (self.quick_int(first)?, self.quick_int(rhs)?) {
                     return Ok((a == b) == eq);
                 }
                 if is_boolish(first) && is_boolish(rhs) {

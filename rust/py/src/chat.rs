@@ -166,10 +166,10 @@ fn value_map(value: &Value) -> Option<Map> {
     )
 }
 
-/// `render_many` works through the conversations in blocks of about this much text: a block's
-/// text is copied out of its Python strings into buffers reused from block to block (warm in
-/// the cache, never page-faulted in again), rendered with the interpreter released, and turned
-/// into Python strings before the next block is read.
+/// `render_many` works through the conversations in blocks of about this much text: a block is
+/// read (its strings held, their text borrowed), rendered with the interpreter released into an
+/// output buffer reused from block to block (warm in the cache, never page-faulted in again),
+/// and turned into Python strings before the next block is read.
 const BLOCK_BYTES: usize = 256 * 1024;
 /// ... and of at most this many conversations.
 const BLOCK_CHATS: usize = 1024;
@@ -449,6 +449,34 @@ fn render_block(
     })
 }
 
+/// A conversation's messages: the object itself, or a `Conversation`'s `.messages`; an empty
+/// list or tuple is refused as transformers refuses it.
+fn conversation_of<'py>(
+    chat: &Bound<'py, PyAny>,
+    index: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let chat = if chat.cast_exact::<PyList>().is_ok() || chat.cast_exact::<PyTuple>().is_ok() {
+        chat.clone()
+    } else {
+        match chat.getattr("messages") {
+            Ok(messages) => messages,
+            Err(_) => chat.clone(),
+        }
+    };
+    let empty = chat.cast::<PyList>().is_ok_and(PyListMethods::is_empty)
+        || chat.cast::<PyTuple>().is_ok_and(PyTupleMethods::is_empty);
+    if empty {
+        return Err(ChatInputError::new_err(match index {
+            Some(i) => format!("conversation {i}: {EMPTY_CONVERSATION}"),
+            None => EMPTY_CONVERSATION.to_owned(),
+        }));
+    }
+    Ok(chat)
+}
+
+const EMPTY_CONVERSATION: &str =
+    "Cannot apply chat template to an empty conversation. Provide at least one message.";
+
 /// A chat template compiled once.
 #[pyclass(name = "CompiledChatTemplate", module = "promptweave._core", frozen)]
 pub(crate) struct PyChatTemplate {
@@ -479,12 +507,14 @@ impl PyChatTemplate {
         })
     }
 
-    /// Reads conversations from `iter` into `block` until it is full.
+    /// Reads conversations from `iter` into `block` until it is full; `index` is the first
+    /// one's index in a batch (for error messages; `None` for a single conversation).
     fn fill<'py>(
         c: &Converter<'_, 'py>,
         vars: &Vars,
         iter: &mut impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
         block: &mut Block,
+        index: Option<usize>,
     ) -> PyResult<()> {
         block.plain.clear();
         block.chats.clear();
@@ -492,7 +522,7 @@ impl PyChatTemplate {
             let Some(chat) = iter.next() else {
                 break;
             };
-            let chat = chat?;
+            let chat = conversation_of(&chat?, index.map(|i| i + block.chats.len()))?;
             if vars.plain.is_some() {
                 if let Some(range) = block.plain.conversation(&chat) {
                     block.chats.push(Chat::Plain(range));
@@ -557,6 +587,7 @@ impl PyChatTemplate {
                 &vars,
                 &mut std::iter::once(Ok(messages.clone())),
                 &mut block,
+                None,
             )?;
             Ok(vars)
         })?;
@@ -592,6 +623,7 @@ impl PyChatTemplate {
                 &vars,
                 &mut std::iter::once(Ok(messages.clone())),
                 &mut block,
+                None,
             )?;
             Ok(vars)
         })?;
@@ -642,7 +674,7 @@ impl PyChatTemplate {
             let vars = self.vars(c, variables)?;
             let mut offset = 0;
             loop {
-                Self::fill(c, &vars, &mut iter, &mut block)?;
+                Self::fill(c, &vars, &mut iter, &mut block, Some(offset))?;
                 if block.chats.is_empty() {
                     return Ok(list);
                 }
