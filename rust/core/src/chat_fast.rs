@@ -956,6 +956,17 @@ impl<'a> Machine<'a, '_> {
                 },
                 _ => None,
             },
+            // `message.content` (a dict's own attribute names are its methods)
+            Ex::Attr(target, name) if !DICT_ATTRS.contains(&name.as_str()) => match &**target {
+                Ex::Var(id) => match self.get(*id)? {
+                    Some(V::Msg(m)) => match m.get(name) {
+                        Some(Scalar::Str(s)) => Some(s),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            },
             // `x | trim` and `x.strip()`: Python's whitespace off both ends
             Ex::Filter(FilterKind::Trim, inner, args) if args.is_empty() => {
                 self.quick_str(inner)?.map(strip_py)
