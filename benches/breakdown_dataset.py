@@ -125,7 +125,8 @@ def breakdown(wl: D.DatasetWorkload, n: int, repeat: int) -> dict[str, float]:
     assert const is not None
     n_rows = len(rows)
     extract_args = [const, None, [], "", "", None, "", None, False, False, rows, [], None, None]
-    extract_args += [False, 1]
+    # ppl_label_objects, remain_sep, prompt_list, threads
+    extract_args += [None, False, None, 1]
     empty: list[list[int]] = [[] for _ in range(n_rows)]
     extract_args[12] = empty
     res["extract"] = _median_cpu(lambda: core(*extract_args), repeat)

@@ -500,6 +500,17 @@ def test_broken_templates_never_crash_the_interpreter() -> None:
 # ==================================================================================== inputs
 
 
+@pytest.mark.xfail(
+    reason="known difference: selectattr gives a generator in Jinja2 (always true, no len()), "
+    "a sequence in promptweave (an empty one is false)",
+    strict=True,
+)
+def test_selectattr_result_is_a_generator(ref_tok: Any) -> None:
+    source = "{{ 'some' if messages | selectattr('role', 'equalto', 'nobody') else 'none' }}"
+    case = {"messages": [chat_corpus.USER1]}
+    _assert_same(_reference(ref_tok, source, case), chat_corpus.ours_outcome(source, case))
+
+
 def test_lone_surrogate_is_a_clear_error() -> None:
     t = ChatTemplate(DEFAULT_TMPL)
     with pytest.raises(ChatInputError, match="surrogate"):

@@ -737,19 +737,26 @@ fn trim_filter(value: &Value, chars: Option<Value>) -> Value {
 }
 
 fn strftime_now(format: &str) -> Result<Value, Error> {
+    strftime_now_text(format).map(Value::from).ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: unsupported format {format:?}"),
+        )
+    })
+}
+
+/// transformers' `strftime_now(format)`: the local time formatted (`None`: a format chrono
+/// does not take).
+pub(crate) fn strftime_now_text(format: &str) -> Option<String> {
     use chrono::format::{Item, StrftimeItems};
     let items: Vec<Item<'_>> = StrftimeItems::new(format).collect();
     if items.iter().any(|i| matches!(i, Item::Error)) {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("strftime_now: unsupported format {format:?}"),
-        ));
+        return None;
     }
     let now = chrono::Local::now();
     let mut out = String::new();
-    write!(out, "{}", now.format_with_items(items.into_iter()))
-        .map_err(|_| Error::new(ErrorKind::InvalidOperation, "strftime_now: format failed"))?;
-    Ok(Value::from(out))
+    write!(out, "{}", now.format_with_items(items.into_iter())).ok()?;
+    Some(out)
 }
 
 /// Python methods on values; whitespace-sensitive string methods use Python's whitespace, the
