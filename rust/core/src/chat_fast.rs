@@ -1059,27 +1059,11 @@ impl<'a> Machine<'a, '_> {
                 Some(V::Str(S::B(s))) => Some(s),
                 _ => None,
             },
-            Ex::Field(target, key) => match &**target {
-                Ex::Var(id) => match self.get(*id)? {
-                    Some(V::Msg(m)) => match m.get(key) {
-                        Some(Scalar::Str(s)) => Some(s),
-                        _ => None,
-                    },
-                    _ => None,
-                },
-                _ => None,
-            },
+            Ex::Field(target, key) => self.quick_field(target, key)?,
             // `message.content` (a dict's own attribute names are its methods)
-            Ex::Attr(target, name) if !DICT_ATTRS.contains(&name.as_str()) => match &**target {
-                Ex::Var(id) => match self.get(*id)? {
-                    Some(V::Msg(m)) => match m.get(name) {
-                        Some(Scalar::Str(s)) => Some(s),
-                        _ => None,
-                    },
-                    _ => None,
-                },
-                _ => None,
-            },
+            Ex::Attr(target, name) if !DICT_ATTRS.contains(&name.as_str()) => {
+                self.quick_field(target, name)?
+            }
             // `x | trim` and `x.strip()`: Python's whitespace off both ends
             Ex::Filter(FilterKind::Trim, inner, args) if args.is_empty() => {
                 self.quick_str(inner)?.map(strip_py)
@@ -1087,6 +1071,20 @@ impl<'a> Machine<'a, '_> {
             Ex::Method(inner, MethodKind::Strip, args) if args.is_empty() => {
                 self.quick_str(inner)?.map(strip_py)
             }
+            _ => None,
+        })
+    }
+
+    /// A string field of a message variable: `message['key']`.
+    fn quick_field(&self, target: &Ex, key: &str) -> R<Option<&'a str>> {
+        let Ex::Var(id) = target else {
+            return Ok(None);
+        };
+        Ok(match self.get(*id)? {
+            Some(V::Msg(m)) => match m.get(key) {
+                Some(Scalar::Str(s)) => Some(s),
+                _ => None,
+            },
             _ => None,
         })
     }

@@ -507,6 +507,23 @@ impl PyChatTemplate {
         })
     }
 
+    /// The variables and one conversation (unnumbered in errors).
+    fn read_one(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        variables: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vars, Block)> {
+        let mut block = Block::default();
+        let vars = self.with_converter(py, |c| {
+            let vars = self.vars(c, variables)?;
+            let mut one = std::iter::once(Ok(messages.clone()));
+            Self::fill(c, &vars, &mut one, &mut block, None)?;
+            Ok(vars)
+        })?;
+        Ok((vars, block))
+    }
+
     /// Reads conversations from `iter` into `block` until it is full; `index` is the first
     /// one's index in a batch (for error messages; `None` for a single conversation).
     fn fill<'py>(
@@ -579,18 +596,7 @@ impl PyChatTemplate {
             add_generation_prompt,
             continue_final,
         };
-        let mut block = Block::default();
-        let vars = self.with_converter(py, |c| {
-            let vars = self.vars(c, variables)?;
-            Self::fill(
-                c,
-                &vars,
-                &mut std::iter::once(Ok(messages.clone())),
-                &mut block,
-                None,
-            )?;
-            Ok(vars)
-        })?;
+        let (vars, block) = self.read_one(py, messages, variables)?;
         let mut out = Outputs::default();
         render_chats(
             &self.inner,
@@ -615,18 +621,7 @@ impl PyChatTemplate {
         variables: &Bound<'_, PyAny>,
         add_generation_prompt: bool,
     ) -> PyResult<Option<String>> {
-        let mut block = Block::default();
-        let vars = self.with_converter(py, |c| {
-            let vars = self.vars(c, variables)?;
-            Self::fill(
-                c,
-                &vars,
-                &mut std::iter::once(Ok(messages.clone())),
-                &mut block,
-                None,
-            )?;
-            Ok(vars)
-        })?;
+        let (vars, block) = self.read_one(py, messages, variables)?;
         let (Some(plain_vars), Some(Chat::Plain(range))) = (&vars.plain, block.chats.first())
         else {
             return Ok(None);
