@@ -42,7 +42,13 @@ pub(crate) struct JoinedTemplate {
     pieces: Vec<Piece>,
     /// `''.join`, looked up once
     join: Py<PyAny>,
+    /// key objects already seen to be exact `str` without a brace (held, so that an identity
+    /// check stands for the scan on the next rows, whose keys are usually the same objects)
+    clean_keys: std::sync::Mutex<Vec<Py<PyString>>>,
 }
+
+/// At most this many key objects are remembered.
+const CLEAN_KEYS: usize = 64;
 
 impl JoinedTemplate {
     /// `None` when the template does not pass the one-scan condition.
@@ -61,8 +67,10 @@ impl JoinedTemplate {
                 pieces.push(Piece::Lit(PyString::new(py, &rest[..open]).unbind()));
             }
             let name = &rest[open + 1..close];
+            // interned, as the keys of rows built by Python code usually are: the row lookup
+            // then finds its key by identity
             pieces.push(Piece::Slot(
-                PyString::new(py, name).unbind(),
+                PyString::intern(py, name).unbind(),
                 name.to_owned(),
                 PyString::new(py, &rest[open..=close]).unbind(),
             ));
@@ -71,7 +79,11 @@ impl JoinedTemplate {
         if !rest.is_empty() {
             pieces.push(Piece::Lit(PyString::new(py, rest).unbind()));
         }
-        Some(Self { pieces, join })
+        Some(Self {
+            pieces,
+            join,
+            clean_keys: std::sync::Mutex::new(Vec::new()),
+        })
     }
 
     /// The generation prompt of `entry` with `output_field` masked; `None` when the one-scan
@@ -83,12 +95,25 @@ impl JoinedTemplate {
         replace_token: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = entry.py();
-        for (key, _) in entry.iter() {
-            let Ok(key) = key.cast::<PyString>() else {
-                return Ok(None);
-            };
-            if !key.is_exact_instance_of::<PyString>() || has_brace(key)? {
-                return Ok(None);
+        {
+            // no other thread can hold the lock: the interpreter lock is held throughout
+            let mut clean = self
+                .clean_keys
+                .lock()
+                .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned key cache"))?;
+            for (key, _) in entry.iter() {
+                if clean.iter().any(|k| k.as_ptr() == key.as_ptr()) {
+                    continue;
+                }
+                let Ok(key) = key.cast_into_exact::<PyString>() else {
+                    return Ok(None);
+                };
+                if has_brace(&key)? {
+                    return Ok(None);
+                }
+                if clean.len() < CLEAN_KEYS {
+                    clean.push(key.unbind());
+                }
             }
         }
         let mask = match output_field {
