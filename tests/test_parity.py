@@ -940,3 +940,34 @@ def test_single_pass_never_substitutes_values(fw: str, backend: str, data: Any) 
         single_pass_oracle("{" + keys[1] + "}", masked),
     ]
     assert t.generate_ice_item(copy.deepcopy(row), None) == single_pass_oracle(template, row)
+
+
+def test_one_string_template_over_rows_of_changing_keys(reference: dict[str, Any]) -> None:
+    """One template object over a run of rows whose keys change (braces in keys and values, a
+    non-str key, missing keys): the per-template memory of checked keys never changes a result."""
+    import promptweave
+
+    ref_cls = reference["oc"].PromptTemplate
+    template = "{a} and {b}: {answer}"
+    ours, ref = promptweave.PromptTemplate(template), ref_cls(template)
+    rows: list[dict[Any, Any]] = [
+        {"a": "x", "b": "y", "answer": "z"},
+        {"a": "x", "{b}": "inner", "b": "{a}", "answer": "z"},
+        {"a": "x", "b": "y", "answer": "z"},
+        {"{a}": "1", "a": "2"},
+        {1: "one", "a": "x", "b": "y", "answer": "z"},
+        {"b": "{answer}", "answer": "done", "a": "{b}"},
+        {"a": "x", "b": "y", "answer": "z"},
+    ]
+
+    def outcome(t: Any, row: dict[Any, Any], column: str | None) -> Any:
+        try:
+            return t.generate_item(row, output_field=column, output_field_replace_token="?")
+        except Exception as exc:  # the reference's own failure (a non-str key)
+            return type(exc)
+
+    for row in rows:
+        for column in ("answer", None):
+            want = outcome(ref, row, column)
+            got = outcome(ours, row, column)
+            assert got == want or (isinstance(want, type) and issubclass(got, want)), (row, column)
