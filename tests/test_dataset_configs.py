@@ -1448,15 +1448,13 @@ def test_other_inferencers_default_mode(reference: dict[str, Any]) -> None:
     assert not failures, f"{len(failures)} of {sum(checked.values())}:\n" + "\n".join(failures[:12])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "PPLOnlyInferencer scores the 'ppl' parse of generation prompts; DatasetRenderer has no "
-        "mode for that (it gives the 'gen' parse, the inferencer's saved origin_prompt): the two "
-        "differ for dialogue templates under a meta template"
-    ),
-)
-def test_ppl_only_inferencer_dialogue_model_input(reference: dict[str, Any]) -> None:
+@pytest.mark.parametrize("inferencer", ["PPLOnlyInferencer", "InferencePPLOnlyInferencer"])
+def test_ppl_only_inferencer_dialogue_model_input(
+    reference: dict[str, Any], inferencer: str
+) -> None:
+    """The PPL-only inferencers score the 'ppl' parse of their generation prompts: for a
+    dialogue template under a meta template it differs from the 'gen' parse (the inferencers'
+    saved origin_prompt), and the renderer gives the scored one."""
     M = reference["oc"]
     infer = {
         "prompt_template": {
@@ -1469,14 +1467,21 @@ def test_ppl_only_inferencer_dialogue_model_input(reference: dict[str, Any]) -> 
             },
         },
         "retriever": {"type": "ZeroRetriever"},
-        "inferencer": {"type": "PPLOnlyInferencer"},
+        "inferencer": {"type": inferencer},
     }
     reader = {"input_columns": ["text"], "output_column": "answer"}
     rows = Rows(
-        [{"text": "t0", "answer": "a0"}], [{"text": "t1", "answer": "a1"}], ["text", "answer"]
+        [{"text": "t1", "answer": "a1"}],  # train
+        [{"text": "t0", "answer": "a0"}, {"text": "t2", "answer": "a2"}],  # test
+        ["text", "answer"],
     )
-    meta = next(m for m in _metas() if m.name == "qwen")
     ref = RefPipeline(M, "oc", infer, reader, rows)
-    expected = ref.parse(ref.build("gen"), meta, "ppl")  # what get_ppl_from_template scores
-    ours = DatasetRenderer(infer, reader, meta.template).render(rows.test, rows.train)
-    assert compare(ours, expected, 1) is None
+    differs = 0
+    for meta in _metas():
+        expected = ref.parse(ref.build("gen"), meta, "ppl")  # what get_ppl_from_template scores
+        ours = DatasetRenderer(infer, reader, meta.template, api=meta.api).render(
+            rows.test, rows.train
+        )
+        assert compare(ours, expected, 2) is None, meta.name
+        differs += expected.prompts != ref.parse(ref.build("gen"), meta, "gen").prompts
+    assert differs > 0  # the case is one where the two parses differ

@@ -40,6 +40,8 @@ from promptweave.tokens import TokenCounter, as_token_counter
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
 
 Mode = Literal["gen", "ppl"]
+#: inferencers that score generation prompts (their 'ppl' parse)
+PPL_ONLY = ("PPLOnlyInferencer", "InferencePPLOnlyInferencer")
 Flow = Literal["multimodal", "multiturn"]
 #: AISBench-only template classes, rendered row by row: class name -> flow
 _AIS_FLOWS: dict[str, Flow] = {
@@ -123,7 +125,9 @@ class DatasetRenderer:
         api: render for an API model (``APITemplateParser``: message lists) instead of a
             string model (``LMTemplateParser``).
         flavor: ``'opencompass'`` or ``'aisbench'`` behaviour.
-        mode: ``'gen'`` or ``'ppl'``; default from the inferencer type.
+        mode: ``'gen'`` or ``'ppl'``; default from the inferencer type (generation prompts of
+            ``PPLOnlyInferencer`` / ``InferencePPLOnlyInferencer`` come in the 'ppl' parse the
+            model scores).
         labels: ppl labels (default: the reference's ``get_labels``).
         gen_field_replace_token: what the output column is masked with in gen mode.
         max_seq_len: drop in-context examples from the end until the prompt fits, as
@@ -178,6 +182,12 @@ class DatasetRenderer:
         self.retriever_cfg = dict(infer_cfg.get("retriever") or {"type": "ZeroRetriever"})
         self.inferencer_cfg = dict(infer_cfg.get("inferencer") or {})
         self.mode: Mode = mode or self._mode_of(self.inferencer_cfg)
+        #: how the generation prompts are parsed for the model: PPLOnlyInferencer and
+        #: InferencePPLOnlyInferencer score them (``get_ppl_from_template``: the 'ppl' parse,
+        #: which differs from the 'gen' parse for dialogue templates under a meta template)
+        self.parse_mode: Mode = self.mode
+        if self.mode == "gen" and _type_name(self.inferencer_cfg.get("type")) in PPL_ONLY:
+            self.parse_mode = "ppl"
         self.template = self._final_template()
         self.flow: Flow | None = self._flow_of(self.template)
         self.infer_mode: str | None = None
@@ -326,9 +336,9 @@ class DatasetRenderer:
     def _mode_of(inferencer_cfg: Mapping[str, Any]) -> Mode:
         # Only PPLInferencer / LLInferencer build one prompt per label. CLPInferencer builds
         # generation prompts (parsed in 'gen' mode); PPLOnlyInferencer and
-        # InferencePPLOnlyInferencer build generation prompts too (their saved origin_prompt is
-        # the 'gen' parse; the scored input is the 'ppl' parse, the same text for string
-        # templates).
+        # InferencePPLOnlyInferencer build generation prompts too, which the model scores in
+        # their 'ppl' parse (`parse_mode`; the inferencers' saved origin_prompt is the 'gen'
+        # parse, the same text for string templates).
         name = _type_name(inferencer_cfg.get("type"))
         if name in ("PPLInferencer", "LLInferencer"):
             return "ppl"
@@ -554,7 +564,7 @@ class DatasetRenderer:
     ) -> _Rendered:
         if self.max_seq_len is not None or _backend.FORCE_PYTHON:
             return self._render_rows_python(test, indices, labels, retriever, progress)
-        if labels is None:
+        if labels is None and self.parse_mode == self.mode:
             fast = self._render_flow_batch(test, train, indices, retriever)
             if fast is not None:
                 if progress is not None:
@@ -562,7 +572,17 @@ class DatasetRenderer:
                 # the multimodal batch checked that every row has the content field (its only
                 # slot); the raw-messages batch did not look at the columns
                 return _Rendered(fast, indices, 0, self.flow == "multimodal")
-        if self.flow is None and getattr(self.template, "prompt_type", None) != "raw_messages":
+        # the Rust job parses generation prompts in 'gen' mode: a 'ppl' parse of them differs
+        # only for dialogue templates, which then take the row-by-row path
+        ppl_parse_differs = self.parse_mode != self.mode and any(
+            getattr(t, "prompt_type", None) == "meta"
+            for t in (self.prompt_template, self.ice_template)
+        )
+        if (
+            self.flow is None
+            and getattr(self.template, "prompt_type", None) != "raw_messages"
+            and not ppl_parse_differs
+        ):
             sep, eos = self._separators(retriever)
             out = self._render_rust(test, train, indices, labels, sep, eos)
             if out is not None:
@@ -870,7 +890,7 @@ class DatasetRenderer:
                 )
                 if self.flow == "multiturn":
                     return self._multiturn_inputs(prompt)
-                return self.parser.parse_template(prompt, mode="gen")
+                return self.parser.parse_template(prompt, mode=self.parse_mode)
 
             out = build(idx)
             while self.max_seq_len is not None and idx and self._count(out) > self.max_seq_len:
