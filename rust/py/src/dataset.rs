@@ -26,57 +26,69 @@ use crate::template::PyCompiledTemplate;
 /// Rows of one split: column names and every cell's `str()` object, row-major. All rows must
 /// have the same keys in the same order (else the caller renders row by row).
 struct Rows<'py> {
+    list: Bound<'py, PyList>,
     names: Vec<PyBackedStr>,
-    /// the raw values: `str()` is taken only where a value is used
-    cells: Vec<Bound<'py, PyAny>>,
+    /// the first row's key objects (the columns, in order)
+    keys: Vec<Bound<'py, PyAny>>,
 }
 
 impl<'py> Rows<'py> {
+    /// The columns, from the first row; each row is read (and its columns checked) when it is
+    /// used, so that a row's objects are still in the cache when its prompt is made.
     fn from_list(rows: &Bound<'py, PyList>) -> PyResult<Self> {
         let mut names: Vec<PyBackedStr> = Vec::new();
         let mut keys: Vec<Bound<'py, PyAny>> = Vec::new();
-        let mut cells = Vec::new();
-        for (r, row) in rows.iter().enumerate() {
-            let row = row
+        if let Ok(first) = rows.get_item(0) {
+            let first = first
                 .cast::<PyDict>()
                 .map_err(|_| unsupported("row that is not a dict"))?;
-            if r == 0 {
-                for k in row.keys() {
-                    if !k.is_exact_instance_of::<PyString>() {
-                        return Err(unsupported("column name that is not a str"));
-                    }
-                    names.push(py_str(&k)?);
-                    keys.push(k);
+            for k in first.keys() {
+                if !k.is_exact_instance_of::<PyString>() {
+                    return Err(unsupported("column name that is not a str"));
                 }
-                cells.reserve(rows.len() * names.len());
-            } else if row.len() != keys.len() {
-                return Err(unsupported("rows with different columns"));
-            }
-            for (i, (k, v)) in row.iter().enumerate() {
-                // same key object (the usual case) or an equal str, in the same position
-                if !k.is(&keys[i]) && !k.eq(&keys[i])? {
-                    return Err(unsupported("rows with different columns"));
-                }
-                cells.push(v);
+                names.push(py_str(&k)?);
+                keys.push(k);
             }
         }
-        Ok(Self { names, cells })
+        Ok(Self {
+            list: rows.clone(),
+            names,
+            keys,
+        })
     }
 
     fn width(&self) -> usize {
         self.names.len()
     }
 
-    fn row(&self, row: usize) -> &[Bound<'py, PyAny>] {
-        let n = self.width();
-        self.cells.get(row * n..row * n + n).unwrap_or(&[])
+    /// Row `r`'s values (`str()` is taken only where a value is used) into `out`, after
+    /// checking that it has the first row's columns in the same order.
+    fn row_into(&self, r: usize, out: &mut Vec<Bound<'py, PyAny>>) -> PyResult<()> {
+        out.clear();
+        let row = self.list.get_item(r)?;
+        let row = row
+            .cast::<PyDict>()
+            .map_err(|_| unsupported("row that is not a dict"))?;
+        if row.len() != self.keys.len() {
+            return Err(unsupported("rows with different columns"));
+        }
+        for (i, (k, v)) in row.iter().enumerate() {
+            // same key object (the usual case) or an equal str, in the same position
+            if !k.is(&self.keys[i]) && !k.eq(&self.keys[i])? {
+                return Err(unsupported("rows with different columns"));
+            }
+            out.push(v);
+        }
+        Ok(())
     }
 
     /// The UTF-8 text of the given rows' cells (row-major), for the core.
     fn backed(&self, rows: impl Iterator<Item = usize>) -> PyResult<Vec<PyBackedStr>> {
         let mut out = Vec::new();
+        let mut cells = Vec::new();
         for r in rows {
-            for cell in self.row(r) {
+            self.row_into(r, &mut cells)?;
+            for cell in &cells {
                 out.push(py_str(cell)?);
             }
         }
@@ -84,12 +96,18 @@ impl<'py> Rows<'py> {
     }
 
     /// The UTF-8 text of every cell of the rows in `used`; other rows are left empty (the
-    /// core never reads them), so text it does not need is never converted.
+    /// core never reads them, so they are never read here either).
     fn backed_table(&self, used: &[bool]) -> PyResult<Vec<Option<PyBackedStr>>> {
-        let mut out = Vec::with_capacity(self.cells.len());
+        let mut out = Vec::with_capacity(used.len() * self.width());
+        let mut cells = Vec::new();
         for (r, &is_used) in used.iter().enumerate() {
-            for cell in self.row(r) {
-                out.push(if is_used { Some(py_str(cell)?) } else { None });
+            if is_used {
+                self.row_into(r, &mut cells)?;
+                for cell in &cells {
+                    out.push(Some(py_str(cell)?));
+                }
+            } else {
+                out.extend((0..self.width()).map(|_| None));
             }
         }
         Ok(out)
@@ -437,6 +455,7 @@ pub(crate) fn render_dataset<'py>(
     let mut outputs: Vec<Option<Bound<'py, PyAny>>> = vec![None; rows * per_row];
     let mut pending: Vec<usize> = Vec::new();
     let mut cells: Vec<Option<Bound<'py, PyString>>> = Vec::new();
+    let mut row_cells: Vec<Bound<'py, PyAny>> = Vec::new();
     for row in 0..rows {
         let g = groups.row_group[row];
         let mut complete = true;
@@ -448,7 +467,10 @@ pub(crate) fn render_dataset<'py>(
                 break;
             };
             let m = compiled.entry((g, k)).or_insert_with(|| made(py, program));
-            if let Some(out) = assembler.assemble(m, test.row(row), &mut cells)? {
+            if k == 0 {
+                test.row_into(row, &mut row_cells)?;
+            }
+            if let Some(out) = assembler.assemble(m, &row_cells, &mut cells)? {
                 outputs[row * per_row + k] = Some(out);
             } else {
                 complete = false;
