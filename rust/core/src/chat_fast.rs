@@ -867,6 +867,8 @@ fn order(a: &V<'_>, b: &V<'_>) -> R<std::cmp::Ordering> {
 
 fn contains(needle: &V<'_>, hay: &V<'_>) -> R<bool> {
     match hay {
+        // Jinja2's Undefined iterates as empty: nothing is in it
+        V::Undef => Ok(false),
         V::Str(h) => match needle.text() {
             Some(n) => Ok(h.as_str().contains(n)),
             None => Err(Bail),
