@@ -484,15 +484,11 @@ def _same(g: Any, w: Any) -> bool:
 
 
 def check(got: Sequence[Any], want: Sequence[Any], what: str) -> None:
-    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert _same(g, w), f"{what}: row {i} differs:\n{g!r}\n!=\n{w!r}"
+    B.check_outputs(got, want, what, _same)
 
 
 def _n(benchmark: Any, wl: DatasetWorkload, size: str) -> int:
-    if B._quick(benchmark):
-        return wl.quick
-    return wl.full if size == "full" else wl.subset
+    return B._size(benchmark, wl, size)
 
 
 def _group(wl: DatasetWorkload, size: str) -> str:

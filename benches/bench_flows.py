@@ -186,24 +186,41 @@ def raw_rows(n: int) -> list[Row]:
 # --------------------------------------------------------------------------- reference loops
 
 
-def render_mm_rows(
-    rows: Sequence[Row], *, retriever: Any, parser: Any, output_column: str
+def _generation_prompts(
+    rows: Sequence[Row],
+    ice_of: Callable[[], Any],
+    *,
+    template: Any,
+    parser: Any,
+    output_column: str,
 ) -> list[Any]:
-    """AISBench ``GenInferencer.get_data_list`` for ``ZeroRetriever`` rows: per row the
-    retriever's ``generate_ice([])``, the prompt template's ``generate_item`` (as
-    ``generate_prompt_for_generate_task`` calls it) and ``parse_template(prompt, 'gen')``."""
-    template = retriever.prompt_template
+    """``GenInferencer``'s per-row steps: the retriever's in-context examples (``ice_of()``),
+    ``generate_item`` as ``generate_prompt_for_generate_task`` calls it, and
+    ``parse_template(prompt, 'gen')``."""
     out = []
     for row in rows:
-        ice = retriever.generate_ice([])
         prompt = template.generate_item(
             row,
             output_field=output_column,
             output_field_replace_token="",
-            ice_field_replace_token=ice,
+            ice_field_replace_token=ice_of(),
         )
         out.append(parser.parse_template(prompt, mode="gen"))
     return out
+
+
+def render_mm_rows(
+    rows: Sequence[Row], *, retriever: Any, parser: Any, output_column: str
+) -> list[Any]:
+    """AISBench ``GenInferencer.get_data_list`` for ``ZeroRetriever`` rows (the retriever's
+    ``generate_ice([])`` per row)."""
+    return _generation_prompts(
+        rows,
+        lambda: retriever.generate_ice([]),
+        template=retriever.prompt_template,
+        parser=parser,
+        output_column=output_column,
+    )
 
 
 def render_raw_rows(
@@ -218,21 +235,17 @@ def render_raw_rows(
 ) -> list[Any]:
     """OpenCompass ``GenInferencer`` + ``FixKRetriever`` with ``RawPromptTemplate``s: per row
     ``BaseRetriever.generate_ice``'s raw-messages branch (one ``generate_ice_item`` per fixed
-    id, extended into one list), ``generate_item(row, ..., ice_field_replace_token=ice)`` and
-    ``parse_template(prompt, 'gen')``."""
-    out = []
-    for row in rows:
-        ice: list[Any] = []
+    id, extended into one list)."""
+
+    def ice() -> list[Any]:
+        out: list[Any] = []
         for idx in fix_id_list:
-            ice.extend(ice_template.generate_ice_item(train[idx], train[idx][output_column]))
-        prompt = prompt_template.generate_item(
-            row,
-            output_field=output_column,
-            output_field_replace_token="",
-            ice_field_replace_token=ice,
-        )
-        out.append(parser.parse_template(prompt, mode="gen"))
-    return out
+            out.extend(ice_template.generate_ice_item(train[idx], train[idx][output_column]))
+        return out
+
+    return _generation_prompts(
+        rows, ice, template=prompt_template, parser=parser, output_column=output_column
+    )
 
 
 # --------------------------------------------------------------------------- workloads
@@ -381,15 +394,11 @@ def _no_shared_dicts(outputs: Sequence[Any]) -> bool:
 
 
 def check(got: Sequence[Any], want: Sequence[Any], what: str) -> None:
-    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        assert _same(g, w), f"{what}: row {i} differs:\n{g!r}\n!=\n{w!r}"
+    B.check_outputs(got, want, what, _same)
 
 
 def _n(benchmark: Any, wl: FlowWorkload, size: str) -> int:
-    if B._quick(benchmark):
-        return wl.quick
-    return wl.full if size == "full" else wl.subset
+    return B._size(benchmark, wl, size)
 
 
 # --------------------------------------------------------------------------- the tests

@@ -310,6 +310,22 @@ def _rounds(n: int) -> int:
     return max(1, round(n * scale))
 
 
+def _size(benchmark: Any, wl: Any, size: str) -> int:
+    """The row count of a workload with ``quick``/``subset``/``full`` sizes for this run."""
+    if _quick(benchmark):
+        return int(wl.quick)
+    return int(wl.full if size == "full" else wl.subset)
+
+
+def check_outputs(
+    got: Sequence[Any], want: Sequence[Any], what: str, same: Callable[[Any, Any], bool]
+) -> None:
+    """Row for row, ``same(got, want)``; the message names the first row that differs."""
+    assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert same(g, w), f"{what}: row {i} differs:\n{g!r}\n!=\n{w!r}"
+
+
 _EXPECTED: dict[tuple[str, str, int], list[Any]] = {}
 
 
