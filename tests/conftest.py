@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,13 @@ def reference() -> dict[str, Any]:
             pytest.fail(reason)
         pytest.skip(reason)
     return impls
+
+
+@pytest.fixture
+def quiet_reference_logs() -> Iterator[None]:
+    """The reference retrievers log every construction at INFO level: silenced."""
+    logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)

@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -115,13 +113,7 @@ def test_convert_chat_messages_errors_name_the_item() -> None:
 # ------------------------------------------------------------------ whole datasets vs reference
 
 
-@pytest.fixture(autouse=True)
-def _quiet_reference_logs() -> Iterator[None]:
-    logging.disable(logging.INFO)
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_reference_logs")
 
 
 def _tokenizer(template: str) -> Any:

@@ -34,7 +34,6 @@ import copy
 import functools
 import importlib.util
 import io
-import logging
 import random
 import re
 import sys
@@ -778,14 +777,7 @@ def test_dataset_configs_match_reference(
     assert "appropriate role" not in capfd.readouterr().out, "promptweave printed"
 
 
-@pytest.fixture(autouse=True)
-def _quiet_reference_logs() -> Iterator[None]:
-    """The reference retrievers log every construction at INFO level."""
-    logging.disable(logging.INFO)
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_reference_logs")
 
 
 def test_harness_detects_differences(reference: dict[str, Any]) -> None:
