@@ -536,13 +536,7 @@ def test_ours(benchmark: Any, wl: DatasetWorkload, size: str, ours: Any, referen
         workload=wl.name, impl="ours", rows=n, path="dataset", threads=renderer.threads
     )
     fallbacks = _backend.fallbacks
-    result = benchmark.pedantic(
-        renderer.render,
-        args=(rows, train),
-        rounds=B._rounds(wl.ours_rounds if size == "subset" else wl.full_rounds),
-        warmup_rounds=0 if benchmark.disabled else 1,
-        iterations=1,
-    )
+    result = B.time_render(benchmark, wl, renderer, rows, train, size)
     check(result.prompts, expected(reference, wl, n), f"{wl.name} ours ({n} rows)")
     if not _backend.FORCE_PYTHON:
         assert result.rust_rows == n, f"{wl.name}: {n - result.rust_rows} rows left the Rust job"

@@ -487,13 +487,7 @@ def test_ours(benchmark: Any, wl: FlowWorkload, size: str, refs: dict[str, Any])
     benchmark.group = wl.group + ("-full" if size == "full" else "")
     benchmark.extra_info.update(workload=wl.name, impl="ours", rows=n, path=PATH)
     fallbacks = _backend.fallbacks
-    result = benchmark.pedantic(
-        renderer.render,
-        args=(rows, train),
-        rounds=B._rounds(wl.ours_rounds if size == "subset" else wl.full_rounds),
-        warmup_rounds=0 if benchmark.disabled else 1,
-        iterations=1,
-    )
+    result = B.time_render(benchmark, wl, renderer, rows, train, size)
     check(result.prompts, expected(refs, wl, n), f"{wl.name} ours ({n} rows)")
     assert _no_shared_dicts(result.prompts), f"{wl.name}: rows share message dicts"
     if not _backend.FORCE_PYTHON:

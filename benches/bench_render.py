@@ -317,6 +317,18 @@ def _size(benchmark: Any, wl: Any, size: str) -> int:
     return int(wl.full if size == "full" else wl.subset)
 
 
+def time_render(benchmark: Any, wl: Any, renderer: Any, rows: Any, train: Any, size: str) -> Any:
+    """``renderer.render(rows, train)`` timed as the workload's ``subset``/``full`` rounds say
+    (one warm-up round when timing); its result."""
+    return benchmark.pedantic(
+        renderer.render,
+        args=(rows, train),
+        rounds=_rounds(wl.ours_rounds if size == "subset" else wl.full_rounds),
+        warmup_rounds=0 if benchmark.disabled else 1,
+        iterations=1,
+    )
+
+
 def check_outputs(
     got: Sequence[Any], want: Sequence[Any], what: str, same: Callable[[Any, Any], bool]
 ) -> None:
