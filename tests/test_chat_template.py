@@ -364,6 +364,21 @@ def test_tokenizer_config(tmp_path: Path, ref_tok: Any) -> None:
 BOS_TMPL = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
 
 
+def test_render_sees_special_tokens_changed_after_construction() -> None:
+    """``render`` remembers its template variables; a change to ``special_tokens`` (or a
+    keyword argument) is still seen, as transformers reads them on every call."""
+    t = ChatTemplate("{{ bos_token }}{{ messages[0]['content'] }}{{ eos_token }}", bos_token="<s>")
+    msgs = [chat_corpus.USER1]
+    text = chat_corpus.USER1["content"]
+    assert t.render(msgs) == f"<s>{text}"
+    t.special_tokens["eos_token"] = "</s>"
+    assert t.render(msgs) == f"<s>{text}</s>"
+    t.special_tokens["bos_token"] = "<bos>"
+    assert t.render(msgs) == f"<bos>{text}</s>"
+    assert t.render(msgs, bos_token="[B]") == f"[B]{text}</s>"
+    assert t.render(tuple(msgs)) == t.render_many([msgs])[0] == f"<bos>{text}</s>"
+
+
 def test_double_bos_modes() -> None:
     msgs = [chat_corpus.USER1]
     with pytest.warns(DoubleBosWarning):

@@ -56,6 +56,9 @@ SPECIAL_TOKEN_NAMES = (
 DoubleBos = Literal["warn", "error", "ignore"]
 SystemHandling = Literal["keep", "merge", "auto"]
 
+#: conversation types ``render`` hands to the core as they are
+_SEQUENCES = (list, tuple)
+
 
 def _plain(value: Any) -> Any:
     """transformers' ``_plain_template_data`` for the objects the Rust converter does not take
@@ -173,6 +176,7 @@ class ChatTemplate:
         if eos_token is not None:
             tokens["eos_token"] = eos_token
         self.special_tokens: dict[str, str] = tokens
+        self._variables_cache: tuple[dict[str, str], list[tuple[str, Any]]] | None = None
         self.tokenizer_adds_bos = bool(tokenizer_adds_bos)
         self.double_bos: DoubleBos = double_bos
         self.system: SystemHandling = system
@@ -295,6 +299,15 @@ class ChatTemplate:
         variables["documents"] = documents
         return list(variables.items())
 
+    def _plain_variables(self) -> list[tuple[str, Any]]:
+        """``_variables(None, None, {})``, remembered while ``special_tokens`` is unchanged."""
+        cached = self._variables_cache
+        if cached is not None and cached[0] == self.special_tokens:
+            return cached[1]
+        variables = self._variables(None, None, {})
+        self._variables_cache = (dict(self.special_tokens), variables)
+        return variables
+
     @staticmethod
     def _continue_field(
         continue_final_message: bool | str, add_generation_prompt: bool
@@ -390,6 +403,24 @@ class ChatTemplate:
 
         ``extra`` keyword arguments are template variables (they override special tokens).
         """
+        if (
+            chat_template is None
+            and tools is None
+            and documents is None
+            and not extra
+            and not continue_final_message
+            and self.system == "keep"
+            and not self._named
+            and type(messages) in _SEQUENCES
+            and messages
+        ):
+            # the common call (one plain conversation, default template): the same steps as
+            # below with nothing to check, and the variables made once per special-token set
+            compiled = self._compile(self._default_source)  # type: ignore[arg-type]
+            out = compiled.render(messages, self._plain_variables(), add_generation_prompt, None)
+            if self.tokenizer_adds_bos and self.double_bos != "ignore":
+                self._check_bos(out, None)
+            return out
         # transformers' order of checks: template, empty chat, continue, tools and documents
         compiled = self._select(chat_template, tools)
         chat = self._conversation(messages, None)

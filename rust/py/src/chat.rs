@@ -302,6 +302,83 @@ impl Plain {
     }
 }
 
+/// A plain conversation (or the template variables) held as Python objects, read in place
+/// with the interpreter held: the single-conversation path borrows their text instead of
+/// copying it.
+#[derive(Default)]
+struct Borrowed<'py> {
+    /// every kept field, message after message (`None`-valued keys dropped)
+    fields: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+    /// each message's range of `fields`
+    messages: Vec<(usize, usize)>,
+}
+
+impl<'py> Borrowed<'py> {
+    fn field(&mut self, k: Bound<'py, PyAny>, v: Bound<'py, PyAny>) -> Option<()> {
+        let k = k.cast_into_exact::<PyString>().ok()?;
+        let plain = v.is_none()
+            || v.is_exact_instance_of::<PyString>()
+            || v.is_exact_instance_of::<PyBool>()
+            || v.is_exact_instance_of::<PyInt>();
+        plain.then(|| self.fields.push((k, v)))
+    }
+
+    fn message(&mut self, item: &Bound<'py, PyAny>) -> Option<()> {
+        let d = item.cast_exact::<PyDict>().ok()?;
+        let start = self.fields.len();
+        for (k, v) in d.iter() {
+            if !v.is_none() {
+                self.field(k, v)?;
+            }
+        }
+        self.messages.push((start, self.fields.len()));
+        Some(())
+    }
+
+    /// A conversation of plain messages, or `None`.
+    fn conversation(obj: &Bound<'py, PyAny>) -> Option<Self> {
+        let mut b = Borrowed::default();
+        if let Ok(l) = obj.cast_exact::<PyList>() {
+            l.iter().try_for_each(|item| b.message(&item))?;
+        } else if let Ok(t) = obj.cast_exact::<PyTuple>() {
+            t.iter().try_for_each(|item| b.message(&item))?;
+        } else {
+            return None;
+        }
+        Some(b)
+    }
+
+    /// The template variables (`(name, value)` pairs), when all are plain.
+    fn variables(variables: &Bound<'py, PyAny>) -> Option<Self> {
+        let mut b = Borrowed::default();
+        for pair in variables.try_iter().ok()? {
+            let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.ok()?.extract().ok()?;
+            b.field(k, v)?;
+        }
+        Some(b)
+    }
+
+    /// The fields as borrowed scalars (`None` for a string without UTF-8 form, a lone
+    /// surrogate, or an `int` beyond 64 bits: the copying path reports or converts those).
+    fn view(&self) -> Option<Vec<(&str, Scalar<'_>)>> {
+        self.fields
+            .iter()
+            .map(|(k, v)| {
+                let value = if v.is_none() {
+                    Scalar::None
+                } else if let Ok(s) = v.cast_exact::<PyString>() {
+                    Scalar::Str(s.to_str().ok()?)
+                } else if let Ok(b) = v.cast_exact::<PyBool>() {
+                    Scalar::Bool(b.is_true())
+                } else {
+                    Scalar::Int(v.extract::<i64>().ok()?)
+                };
+                Some((k.to_str().ok()?, value))
+            })
+            .collect()
+    }
+}
+
 /// One conversation ready for rendering: plain messages (a range of the block's messages) or
 /// template values (anything else).
 enum Chat {
@@ -508,6 +585,51 @@ impl PyChatTemplate {
         })
     }
 
+    /// One plain conversation on the fast path, its text borrowed from the Python objects
+    /// (the interpreter is held throughout): `None` when the input is not plain or the fast
+    /// path gives up, and the caller renders it the general way.
+    fn render_borrowed(
+        &self,
+        messages: &Bound<'_, PyAny>,
+        variables: &Bound<'_, PyAny>,
+        add_generation_prompt: bool,
+    ) -> PyResult<Option<String>> {
+        if !self.inner.has_fast_path() {
+            return Ok(None);
+        }
+        let chat = conversation_of(messages, None)?;
+        let (Some(conv), Some(vars)) = (
+            Borrowed::conversation(&chat),
+            Borrowed::variables(variables),
+        ) else {
+            return Ok(None);
+        };
+        let (Some(fields), Some(var_fields)) = (conv.view(), vars.view()) else {
+            return Ok(None);
+        };
+        let messages: Vec<FastMessage<'_>> = conv
+            .messages
+            .iter()
+            .map(|&(a, b)| FastMessage {
+                fields: fields.get(a..b).unwrap_or_default(),
+            })
+            .collect();
+        let ctx = FastContext {
+            messages: &messages,
+            variables: &var_fields,
+            add_generation_prompt,
+        };
+        let input: usize = fields
+            .iter()
+            .map(|(_, v)| match v {
+                Scalar::Str(s) => s.len(),
+                _ => 8,
+            })
+            .sum();
+        let mut out = String::with_capacity(input + input / 4 + 256);
+        Ok(self.inner.try_fast(&ctx, &mut out).then_some(out))
+    }
+
     /// The variables and one conversation (unnumbered in errors).
     fn read_one(
         &self,
@@ -597,6 +719,11 @@ impl PyChatTemplate {
         add_generation_prompt: bool,
         continue_final: Option<String>,
     ) -> PyResult<Bound<'py, PyString>> {
+        if continue_final.is_none() {
+            if let Some(out) = self.render_borrowed(messages, variables, add_generation_prompt)? {
+                return Ok(PyString::new(py, &out));
+            }
+        }
         let options = RenderOptions {
             add_generation_prompt,
             continue_final,
