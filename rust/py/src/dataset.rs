@@ -201,7 +201,10 @@ struct Assembler<'py> {
 
 impl<'py> Assembler<'py> {
     /// Take the `str()` of the values the slots use (into `cells`, once per row) and check
-    /// them: `false` when one has a brace (the one-scan condition fails).
+    /// them: `false` when one has a brace (the one-scan condition fails). A cell is checked
+    /// when it is taken: one found with a brace ends the row's assembly, so every cell kept in
+    /// `cells` is known to have none (a row's later programs, such as its other PPL labels,
+    /// do not scan it again).
     fn usable(
         text: &Text<'py>,
         raw: &[Bound<'py, PyAny>],
@@ -216,12 +219,11 @@ impl<'py> Assembler<'py> {
                     return Ok(false);
                 };
                 if slot.is_none() {
-                    *slot = Some(cell_str(value)?);
-                }
-                if let Some(v) = slot {
-                    if has_brace(v)? {
+                    let v = cell_str(value)?;
+                    if has_brace(&v)? {
                         return Ok(false);
                     }
+                    *slot = Some(v);
                 }
             }
         }

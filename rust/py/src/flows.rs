@@ -22,10 +22,25 @@ struct PartSpec<'py> {
     field: Bound<'py, PyString>,
     /// `{field: {'url': ...}}`: the nested dict (copied per part), whose `url` is filled
     nested: Option<Bound<'py, PyDict>>,
-    /// the string the payload is substituted into
-    template: String,
-    /// `{question}`, `{image}`, ...
-    placeholder: String,
+    /// the string the payload is substituted into, split at its placeholder (`{question}`,
+    /// `{image}`, ...): the filled string is these pieces joined by the payload, which is what
+    /// replacing every occurrence of the placeholder gives
+    pieces: Vec<String>,
+}
+
+impl PartSpec<'_> {
+    fn fill(&self, payload: &str) -> String {
+        let len = self.pieces.iter().map(String::len).sum::<usize>()
+            + payload.len() * self.pieces.len().saturating_sub(1);
+        let mut out = String::with_capacity(len);
+        for (i, piece) in self.pieces.iter().enumerate() {
+            if i > 0 {
+                out.push_str(payload);
+            }
+            out.push_str(piece);
+        }
+        out
+    }
 }
 
 fn modality_index(m: Modality) -> usize {
@@ -64,8 +79,10 @@ fn part_specs<'py>(kinds: &Bound<'py, PyDict>) -> PyResult<[Option<PartSpec<'py>
             part,
             field,
             nested,
-            template,
-            placeholder,
+            pieces: template
+                .split(placeholder.as_str())
+                .map(str::to_owned)
+                .collect(),
         });
     }
     Ok(specs)
@@ -140,7 +157,7 @@ pub(crate) fn render_mm_rows<'py>(
                     s.clone()
                 }
                 _ => {
-                    let filled = spec.template.replace(&spec.placeholder, &part.payload);
+                    let filled = spec.fill(&part.payload);
                     let s = PyString::new(py, &filled);
                     last[at] = Some((part.modality, part.payload.to_string(), s.clone()));
                     s
