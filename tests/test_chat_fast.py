@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 
 import chat_corpus
-from test_chat_template import TEMPLATES
+from test_chat_template import TEMPLATES, reference_tokenizer_or_skip
 
 from promptweave._core import CompiledChatTemplate
 from promptweave.errors import ChatInputError, ChatTemplateError
@@ -114,6 +114,11 @@ CONVERSATION = st.lists(MESSAGE, min_size=1, max_size=6)
 
 
 @pytest.fixture(scope="module")
+def ref_tok() -> Any:
+    return reference_tokenizer_or_skip()
+
+
+@pytest.fixture(scope="module")
 def conformance_sources() -> list[str]:
     corpus = chat_corpus.corpus_or_skip()
     return [corpus[name] for name in TEMPLATES if name in corpus]
@@ -124,3 +129,124 @@ def test_fast_path_on_generated_conversations(
     conformance_sources: list[str], conv: list[dict[str, Any]], agp: bool, which: int
 ) -> None:
     check(conformance_sources[which % len(conformance_sources)], conv, agp)
+
+
+# ----------------------------------------------------------------- macros, loop neighbours
+
+#: ``name: (source, on the fast path)``: each template is checked against transformers'
+#: Jinja2 (through the public path) and, where the fast path renders it, the fast path too
+MACRO_CASES: dict[str, tuple[str, bool]] = {
+    "params_defaults_kwargs": (
+        "{% macro tag(role, text, close='<end>') %}<{{ role }}>{{ text | trim }}{{ close }}"
+        "{% endmacro %}{% for m in messages %}{{ tag(m.role, m.content) }}"
+        "{{ tag(m.role, text=m.content, close='|') }}{% endfor %}",
+        True,
+    ),
+    "render_variables": (
+        "{% macro head() %}{{ bos_token }}[{{ add_generation_prompt }}]{{ messages | length }}"
+        "{% endmacro %}{{ head() }}{{ head() }}",
+        True,
+    ),
+    "read_before_set": (
+        "{% macro sys() %}{% if model_identity is not defined %}"
+        "{% set model_identity = 'default' %}{% endif %}{{ model_identity }}{% endmacro %}"
+        "{{ sys() }}",
+        True,
+    ),
+    "earlier_macro": (
+        "{% macro a(x) %}[{{ x }}]{% endmacro %}{% macro b(x) %}{{ a(x) ~ a(x | upper) }}"
+        "{% endmacro %}{% for m in messages %}{{ b(m.role) }}{% endfor %}",
+        True,
+    ),
+    "later_macro": (
+        "{% macro b(x) %}{{ a(x) }}{% endmacro %}{% macro a(x) %}[{{ x }}]{% endmacro %}"
+        "{{ b('r') }}",
+        False,
+    ),
+    "local_namespace": (
+        "{% macro count(ms) %}{% set ns = namespace(n=0) %}{% for m in ms %}"
+        "{% if m.role == 'user' %}{% set ns.n = ns.n + 1 %}{% endif %}{% endfor %}{{ ns.n }}"
+        "{% endmacro %}{{ count(messages) }}/{{ count(messages[1:]) }}",
+        True,
+    ),
+    "outer_namespace": (
+        "{% set ns = namespace(n=0) %}{% macro bump(x) %}{% set ns.n = ns.n + 1 %}{{ x }}"
+        "{% endmacro %}{{ bump('a') }}{{ ns.n }}",
+        False,
+    ),
+    "namespace_argument": (
+        "{% macro bump(n) %}{% set n.v = n.v + 1 %}{% endmacro %}"
+        "{% set ns = namespace(v=0) %}{{ bump(ns) }}{{ bump(ns) }}{{ ns.v }}",
+        False,
+    ),
+    "top_level_variable": (
+        "{% set sep = '|' %}{% macro j(a, b) %}{{ a }}{{ sep }}{{ b }}{% endmacro %}"
+        "{{ j('x', 'y') }}",
+        False,
+    ),
+    "defined_in_a_loop": (
+        "{% for m in messages %}{% macro r() %}{{ m.role }}{% endmacro %}{{ r() }}{% endfor %}",
+        False,
+    ),
+    "missing_argument": (
+        "{% macro f(a, b) %}{{ a }}{{ b is defined }}{% endmacro %}{{ f(1) }}",
+        False,
+    ),
+    "too_many_arguments": ("{% macro f(a) %}{{ a }}{% endmacro %}{{ f(1, 2) }}", False),
+    "recursion": (
+        "{% macro down(n) %}{{ n }}{% if n > 0 %}{{ down(n - 1) }}{% endif %}{% endmacro %}"
+        "{{ down(3) }}",
+        False,
+    ),
+    "varargs": ("{% macro f() %}{{ varargs | length }}{% endmacro %}{{ f(1, 2) }}", False),
+    "caller": (
+        "{% macro wrap() %}<{{ caller() }}>{% endmacro %}{% call wrap() %}x{% endcall %}",
+        False,
+    ),
+    "value_in_expressions": (
+        "{% macro q(x) %}'{{ x }}'{% endmacro %}{% set s = q('a') + q('b') %}"
+        "{{ s | length }}{{ s }}{{ q('c') ~ 3 }}{% if q('') %}T{% else %}F{% endif %}",
+        True,
+    ),
+    "whitespace_control": (
+        "{%- macro f(x) -%}\n  {{- x -}}\n{%- endmacro -%}\n{{ f('a') }}|{{ f('b') }}",
+        True,
+    ),
+    "loop_neighbours": (
+        "{% for m in messages if m.role != 'system' %}"
+        "{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ m.role }}>"
+        "{{ loop.nextitem.role if loop.nextitem is defined else '-' }};{% endfor %}",
+        True,
+    ),
+}
+
+
+#: the full engine differs from Jinja2 here (the fast path leaves them to it)
+FULL_ENGINE_GAPS = {
+    "varargs": "`varargs` (extra positional arguments of a macro) is not supported by "
+    "minijinja: 'too many arguments' where Jinja2 renders",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=FULL_ENGINE_GAPS[n]))
+        if n in FULL_ENGINE_GAPS
+        else n
+        for n in MACRO_CASES
+    ],
+)
+def test_macros_and_loop_neighbours(name: str, ref_tok: Any) -> None:
+    from test_chat_template import _assert_same, _reference
+
+    source, on_fast_path = MACRO_CASES[name]
+    conv = [SYSTEM, USER, BOT, USER]
+    case = {"messages": conv, "add_generation_prompt": True}
+    ref = _reference(ref_tok, source, case)
+    _assert_same(ref, chat_corpus.ours_outcome(source, case))
+    got = CompiledChatTemplate(source).fast_render(conv, VARIABLES, True)
+    if on_fast_path:
+        assert ref == ("ok", got)
+    else:
+        assert got is None

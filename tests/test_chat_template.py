@@ -130,6 +130,12 @@ def corpus() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ref_tok() -> Any:
+    return reference_tokenizer_or_skip()
+
+
+def reference_tokenizer_or_skip() -> Any:
+    """transformers' tokenizer for reference renders (skips, or fails where the reference is
+    required, when it cannot be had)."""
     try:
         import jinja2  # noqa: F401
         import tokenizers  # noqa: F401

@@ -184,6 +184,11 @@ enum Ex {
     StrftimeNow(u32, Box<Ex>),
     /// `xs | selectattr(attr[, test[, arg]])` (`true`) or `rejectattr` (`false`)
     SelectAttr(bool, Box<Ex>, String, Option<SelectTest>, Option<Box<Ex>>),
+    /// The macro defined by a `{% macro %}` statement (its index in the template's macros).
+    Macro(usize),
+    /// `name(positional..., keyword=...)` where `name` is not a known function: a macro call
+    /// (keywords as the ids of their names).
+    CallMacro(u32, Vec<Ex>, Vec<(u32, Ex)>),
     /// Anything else: bails when evaluated.
     Unsupported,
 }
@@ -214,6 +219,31 @@ struct ForNode {
     assigned: Vec<u32>,
 }
 
+/// A `{% macro name(params, p=default) %}body{% endmacro %}` definition.
+///
+/// Jinja2 macros are closures whose scoping is subtle; the fast path models the part that is
+/// the same in every reading: a call binds the parameters (given or a constant default) in a
+/// fresh scope, the body's output is the call's value, and a name the body reads without
+/// binding it resolves only to a render variable that nothing in the template ever assigns.
+/// Anything else gives up: a free name the template assigns anywhere (a loop variable, a
+/// `set`, another macro), a missing argument without default, extra arguments, `varargs` /
+/// `kwargs` / `caller`, recursion, and -- when it is executed -- an attribute assignment on a
+/// namespace the call did not make (calls stay pure: an expression may be evaluated twice).
+#[derive(Debug, Clone)]
+struct MacroDef {
+    params: Vec<u32>,
+    /// per parameter, its default (a constant), if any
+    defaults: Vec<Option<Const>>,
+    body: Vec<Node>,
+    /// names the body assigns that are not parameters and that something outside the macro
+    /// binds too (unset until assigned in a call)
+    assigned: Vec<u32>,
+    /// names the body assigns that nothing outside it binds: before their assignment they
+    /// read as the render variable of that name (or undefined), in Jinja2 as here
+    context: Vec<u32>,
+    supported: bool,
+}
+
 /// A chat template compiled for the fast path.
 #[derive(Debug, Clone)]
 pub struct FastTemplate {
@@ -224,6 +254,13 @@ pub struct FastTemplate {
     /// per id: the name is one of the environment's globals (functions), which the fast path
     /// does not model: looking one up unset gives up
     globals: Vec<bool>,
+    macros: Vec<MacroDef>,
+    /// per id: something in the template binds the name (`set`, a loop, a macro definition),
+    /// so a macro body may not read it from outside
+    bound: Vec<bool>,
+    /// per id: the macro the name denotes everywhere, when its one binding is that macro's
+    /// definition at the template's top level (a macro defined later may call it)
+    top_macro: Vec<Option<usize>>,
 }
 
 /// The names defined in transformers' Jinja environment besides the render variables.
@@ -238,21 +275,37 @@ const GLOBALS: [&str; 8] = [
     "joiner",
 ];
 
-/// Variable names, numbered as they are met (ids compare faster than names).
+/// Variable names, numbered as they are met (ids compare faster than names), and the macros
+/// met so far.
 #[derive(Default)]
-struct Symbols(Vec<String>);
+struct Symbols {
+    names: Vec<String>,
+    macros: Vec<MacroDef>,
+    /// every name read (as a variable or called), in compilation order
+    reads: Vec<u32>,
+}
 
 impl Symbols {
     fn id(&mut self, name: &str) -> u32 {
-        let at = if let Some(at) = self.0.iter().position(|n| n == name) {
+        let at = if let Some(at) = self.names.iter().position(|n| n == name) {
             at
         } else {
-            self.0.push(name.to_owned());
-            self.0.len() - 1
+            self.names.push(name.to_owned());
+            self.names.len() - 1
         };
         u32::try_from(at).unwrap_or(u32::MAX)
     }
+
+    /// The id of a name the template reads.
+    fn read(&mut self, name: &str) -> u32 {
+        let id = self.id(name);
+        self.reads.push(id);
+        id
+    }
 }
+
+/// Names a macro body may use in Jinja2 with meanings the fast path does not model.
+const MACRO_SPECIALS: [&str; 3] = ["varargs", "kwargs", "caller"];
 
 /// Ids every template has: given to these names first.
 const MESSAGES: u32 = 0;
@@ -269,7 +322,11 @@ impl FastTemplate {
         let ast::Stmt::Template(t) = &tree else {
             return None;
         };
-        let mut sy = Symbols(PRESET.iter().map(|s| (*s).to_owned()).collect());
+        let mut sy = Symbols {
+            names: PRESET.iter().map(|s| (*s).to_owned()).collect(),
+            macros: Vec::new(),
+            reads: Vec::new(),
+        };
         let mut nodes = stmts(&mut sy, &t.children);
         let mut assigned = Vec::new();
         collect_assigned(&nodes, &mut assigned);
@@ -278,12 +335,67 @@ impl FastTemplate {
             nodes = vec![Node::Unsupported];
         }
         let size_hint = raw_len(&nodes);
-        let globals = sy.0.iter().map(|n| GLOBALS.contains(&n.as_str())).collect();
+        let globals = sy
+            .names
+            .iter()
+            .map(|n| GLOBALS.contains(&n.as_str()))
+            .collect();
+        let mut macros = sy.macros;
+        // how many bindings each name has: in the top level, in each macro, in all
+        let names = sy.names.len();
+        let mut top = vec![0u32; names];
+        count_bindings(&nodes, &mut top);
+        let mut per_macro = Vec::with_capacity(macros.len());
+        let mut total = top.clone();
+        bump(&mut total, LOOP);
+        for m in &macros {
+            // (parameters are local to their macro: they bind nothing elsewhere)
+            let mut own = vec![0u32; names];
+            count_bindings(&m.body, &mut own);
+            for (t, o) in total.iter_mut().zip(&own) {
+                *t += o;
+            }
+            per_macro.push(own);
+        }
+        for (m, own) in macros.iter_mut().zip(&per_macro) {
+            let outside = |id: &u32| {
+                let i = usize::try_from(*id).unwrap_or(usize::MAX);
+                total.get(i).copied().unwrap_or(1) - own.get(i).copied().unwrap_or(0)
+            };
+            let (inside_only, shared): (Vec<u32>, Vec<u32>) =
+                m.assigned.iter().partition(|id| outside(id) == 0);
+            m.context = inside_only;
+            m.assigned = shared;
+        }
+        let bound = total.iter().map(|&c| c > 0).collect();
+        // a macro defined inside a block or another macro may close over its names: only
+        // those defined at the top level are modelled
+        let mut top_level = vec![false; macros.len()];
+        let mut top_macro = vec![None; names];
+        for n in &nodes {
+            if let Node::Set(name, Ex::Macro(index)) = n {
+                if let Some(t) = top_level.get_mut(*index) {
+                    *t = true;
+                }
+                let i = usize::try_from(*name).unwrap_or(usize::MAX);
+                if total.get(i) == Some(&1) {
+                    if let Some(slot) = top_macro.get_mut(i) {
+                        *slot = Some(*index);
+                    }
+                }
+            }
+        }
+        for (m, top) in macros.iter_mut().zip(top_level) {
+            m.supported &= top;
+        }
         Some(FastTemplate {
             nodes,
             size_hint,
-            symbols: sy.0,
+            symbols: sy.names,
             globals,
+            macros,
+            bound,
+            top_macro,
         })
     }
 
@@ -309,6 +421,16 @@ impl FastTemplate {
         out.reserve(text + self.size_hint + 64);
         let mut machine = Machine {
             globals: &self.globals,
+            bound_names: &self.bound,
+            macros: &self.macros,
+            frame: 0,
+            variables: 0,
+            depth: 0,
+            ns_floor: 0,
+            current: usize::MAX,
+            top_macro: &self.top_macro,
+            macro_values: (0..self.macros.len()).map(V::Macro).collect(),
+            poison: V::Poison,
             scope: Vec::with_capacity(16),
             namespaces: Vec::new(),
             out,
@@ -330,6 +452,7 @@ impl FastTemplate {
         machine
             .scope
             .push((ADD_GENERATION_PROMPT, V::Bool(ctx.add_generation_prompt)));
+        machine.variables = machine.scope.len();
         // `break`/`continue` outside a loop is a syntax error in Jinja2
         if let Ok(Flow::Normal) = machine.exec(&self.nodes) {
             Ok(())
@@ -414,7 +537,80 @@ fn stmt(sy: &mut Symbols, s: &ast::Stmt<'_>) -> Node {
         },
         ast::Stmt::Continue(_) => Node::Continue,
         ast::Stmt::Break(_) => Node::Break,
+        ast::Stmt::Macro(m) => {
+            let name = sy.id(m.name);
+            let index = macro_def(sy, m);
+            Node::Set(name, Ex::Macro(index))
+        }
         _ => Node::Unsupported,
+    }
+}
+
+/// Compiles a macro definition into `sy.macros`; its index.
+fn macro_def(sy: &mut Symbols, m: &ast::Macro<'_>) -> usize {
+    let mut supported = true;
+    let mut params = Vec::with_capacity(m.args.len());
+    for a in &m.args {
+        match a {
+            ast::Expr::Var(v) => params.push(sy.id(v.id)),
+            _ => supported = false,
+        }
+    }
+    let mut defaults = vec![None; params.len()];
+    match params.len().checked_sub(m.defaults.len()) {
+        Some(first) => {
+            for (slot, d) in defaults[first..].iter_mut().zip(&m.defaults) {
+                match expr(sy, d) {
+                    Ex::Const(c) => *slot = Some(c),
+                    _ => supported = false,
+                }
+            }
+        }
+        None => supported = false,
+    }
+    let first_read = sy.reads.len();
+    let body = stmts(sy, &m.body);
+    let specials: Vec<u32> = MACRO_SPECIALS.iter().map(|n| sy.id(n)).collect();
+    if sy.reads[first_read..].iter().any(|r| specials.contains(r)) {
+        supported = false;
+    }
+    let mut assigned = Vec::new();
+    collect_assigned(&body, &mut assigned);
+    assigned.retain(|a| !params.contains(a));
+    sy.macros.push(MacroDef {
+        params,
+        defaults,
+        body,
+        assigned,
+        context: Vec::new(),
+        supported,
+    });
+    sy.macros.len() - 1
+}
+
+fn bump(counts: &mut [u32], id: u32) {
+    if let Some(c) = usize::try_from(id).ok().and_then(|i| counts.get_mut(i)) {
+        *c += 1;
+    }
+}
+
+/// Counts the bindings in `nodes` per name (`set` targets, macro names, loop variables; not
+/// inside macro bodies).
+fn count_bindings(nodes: &[Node], counts: &mut [u32]) {
+    for n in nodes {
+        match n {
+            Node::Set(name, _) => bump(counts, *name),
+            Node::If(_, a, b) => {
+                count_bindings(a, counts);
+                count_bindings(b, counts);
+            }
+            Node::For(f) => {
+                bump(counts, f.target);
+                count_bindings(&f.body, counts);
+                count_bindings(&f.else_body, counts);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -475,7 +671,7 @@ fn flatten(
 #[allow(clippy::too_many_lines)]
 fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
     match e {
-        ast::Expr::Var(v) => Ex::Var(sy.id(v.id)),
+        ast::Expr::Var(v) => Ex::Var(sy.read(v.id)),
         ast::Expr::Const(c) => const_of(&c.value),
         ast::Expr::Slice(s) => Ex::Slice(
             boxed(sy, &s.expr),
@@ -678,6 +874,19 @@ fn call(sy: &mut Symbols, c: &ast::Call<'_>) -> Ex {
             }
             Ex::Namespace(kwargs)
         }
+        ast::Expr::Var(v) if !GLOBALS.contains(&v.id) => {
+            let name = sy.read(v.id);
+            let mut pos = Vec::new();
+            let mut kw = Vec::new();
+            for a in &c.args {
+                match a {
+                    ast::CallArg::Pos(e) if kw.is_empty() => pos.push(expr(sy, e)),
+                    ast::CallArg::Kwarg(k, e) => kw.push((sy.id(k), expr(sy, e))),
+                    _ => return Ex::Unsupported,
+                }
+            }
+            Ex::CallMacro(name, pos, kw)
+        }
         ast::Expr::GetAttr(a) => {
             let Some(args) = positional(sy, &c.args) else {
                 return Ex::Unsupported;
@@ -749,9 +958,10 @@ enum V<'a> {
     Str(S<'a>),
     Msgs(&'a [Message<'a>]),
     Msg(&'a Message<'a>),
+    /// `loop` in a loop body: the iteration and the items iterated
     Loop {
         index0: usize,
-        len: usize,
+        items: Rc<Vec<V<'a>>>,
     },
     Ns(usize),
     List(Rc<Vec<V<'a>>>),
@@ -759,6 +969,8 @@ enum V<'a> {
     Gen(Rc<Generator<'a>>),
     /// A name a loop body assigns, read before its assignment in this iteration.
     Poison,
+    /// A macro (its index in the template's macros).
+    Macro(usize),
 }
 
 impl<'a> V<'a> {
@@ -783,7 +995,7 @@ impl<'a> V<'a> {
             V::Loop { .. } | V::Ns(_) => true,
             // a generator is always true in Jinja2, an empty one false in the full engine:
             // the full engine decides (tests/test_chat_template.py records the difference)
-            V::Gen(_) | V::Poison => return Err(Bail),
+            V::Gen(_) | V::Poison | V::Macro(_) => return Err(Bail),
         })
     }
 
@@ -986,31 +1198,90 @@ fn strip_py(s: &str) -> &str {
     s.trim_matches(py_is_space)
 }
 
+fn const_value(c: &Const) -> V<'_> {
+    match c {
+        Const::Str(s) => V::Str(S::B(s)),
+        Const::Int(i) => V::Int(*i),
+        Const::Bool(b) => V::Bool(*b),
+        Const::None => V::None,
+    }
+}
+
 enum Flow {
     Normal,
     Break,
     Continue,
 }
 
+/// Macro calls nest at most this deep (a recursive macro gives up).
+const MAX_MACRO_DEPTH: usize = 16;
+
 struct Machine<'a, 'o> {
     globals: &'a [bool],
+    bound_names: &'a [bool],
+    macros: &'a [MacroDef],
+    /// where the running macro's scope starts in `scope` (0: the template's top level)
+    frame: usize,
+    /// how many entries at the bottom of `scope` are the render variables
+    variables: usize,
+    depth: usize,
+    /// namespaces below this index were made outside the running macro call
+    ns_floor: usize,
+    /// the running macro (`usize::MAX` at the top level)
+    current: usize,
+    top_macro: &'a [Option<usize>],
+    /// `V::Macro(i)` for each macro `i`, for lookups by reference
+    macro_values: Vec<V<'a>>,
+    /// what `bound` gives for a name a macro body may not read from outside
+    poison: V<'a>,
     scope: Vec<(u32, V<'a>)>,
     namespaces: Vec<Vec<(&'a str, V<'a>)>>,
     out: &'o mut String,
 }
 
 impl<'a> Machine<'a, '_> {
-    fn lookup(&self, name: u32) -> R<V<'a>> {
-        for (k, v) in self.scope.iter().rev() {
-            if *k == name {
-                return match v {
-                    V::Poison => Err(Bail),
-                    v => Ok(v.clone()),
-                };
+    /// A name's binding (poisoned or not) in the running scope; in a macro body, a name the
+    /// body has not bound is a render variable or unset, and one the template binds anywhere
+    /// reads as poisoned.
+    fn find(&self, name: u32) -> Option<&V<'a>> {
+        let own = self.scope.get(self.frame..).unwrap_or_default();
+        if let Some((_, v)) = own.iter().rev().find(|(k, _)| *k == name) {
+            return Some(v);
+        }
+        if self.frame == 0 {
+            return None;
+        }
+        let i = usize::try_from(name).unwrap_or(usize::MAX);
+        if let Some(Some(index)) = self.top_macro.get(i) {
+            // a macro defined before the running one at the top level: bound by now
+            if *index < self.current {
+                return self.macro_values.get(*index);
             }
         }
-        self.unset(name)?;
-        Ok(V::Undef)
+        let context = self
+            .macros
+            .get(self.current)
+            .is_some_and(|m| m.context.contains(&name));
+        if !context && self.bound_names.get(i).copied().unwrap_or(true) {
+            return Some(&self.poison);
+        }
+        let variables = self.scope.get(..self.variables).unwrap_or_default();
+        variables
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    }
+
+    fn lookup(&self, name: u32) -> R<V<'a>> {
+        match self.find(name) {
+            Some(V::Poison) => Err(Bail),
+            Some(v) => Ok(v.clone()),
+            None => {
+                self.unset(name)?;
+                Ok(V::Undef)
+            }
+        }
     }
 
     fn is_global(&self, name: u32) -> bool {
@@ -1031,25 +1302,72 @@ impl<'a> Machine<'a, '_> {
 
     /// A variable's binding, if any (poisoned or not).
     fn bound(&self, name: u32) -> Option<&V<'a>> {
-        self.scope
-            .iter()
-            .rev()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
+        self.find(name)
     }
 
     /// A variable's value, by reference (`None` when unset; `Bail` when poisoned).
     fn get(&self, name: u32) -> R<Option<&V<'a>>> {
-        for (k, v) in self.scope.iter().rev() {
-            if *k == name {
-                return match v {
-                    V::Poison => Err(Bail),
-                    v => Ok(Some(v)),
-                };
+        match self.find(name) {
+            Some(V::Poison) => Err(Bail),
+            Some(v) => Ok(Some(v)),
+            None => {
+                self.unset(name)?;
+                Ok(None)
             }
         }
-        self.unset(name)?;
-        Ok(None)
+    }
+
+    /// Calls macro `name` with the given arguments: the text its body writes.
+    fn call_macro(&mut self, name: u32, pos: &'a [Ex], kw: &'a [(u32, Ex)]) -> R<V<'a>> {
+        let V::Macro(index) = self.lookup(name)? else {
+            return Err(Bail);
+        };
+        let m = self.macros.get(index).ok_or(Bail)?;
+        if !m.supported || self.depth >= MAX_MACRO_DEPTH || pos.len() > m.params.len() {
+            return Err(Bail);
+        }
+        let mut args: Vec<Option<V<'a>>> = vec![None; m.params.len()];
+        for (slot, e) in args.iter_mut().zip(pos) {
+            *slot = Some(self.eval(e)?);
+        }
+        for (k, e) in kw {
+            let at = m.params.iter().position(|p| p == k).ok_or(Bail)?;
+            if args[at].is_some() {
+                return Err(Bail);
+            }
+            args[at] = Some(self.eval(e)?);
+        }
+        let base = self.scope.len();
+        for ((arg, param), default) in args.into_iter().zip(&m.params).zip(&m.defaults) {
+            let v = match (arg, default) {
+                (Some(v), _) => v,
+                (None, Some(c)) => const_value(c),
+                // a missing argument is undefined in Jinja2: left to the full engine
+                (None, None) => return Err(Bail),
+            };
+            self.scope.push((*param, v));
+        }
+        for name in &m.assigned {
+            self.scope.push((*name, V::Poison));
+        }
+        let (frame, ns_floor, current, start) =
+            (self.frame, self.ns_floor, self.current, self.out.len());
+        self.frame = base;
+        self.ns_floor = self.namespaces.len();
+        self.current = index;
+        self.depth += 1;
+        let flow = self.exec(&m.body);
+        self.depth -= 1;
+        self.frame = frame;
+        self.ns_floor = ns_floor;
+        self.current = current;
+        self.scope.truncate(base);
+        if !matches!(flow?, Flow::Normal) {
+            return Err(Bail);
+        }
+        let text: Rc<str> = Rc::from(self.out.get(start..).unwrap_or_default());
+        self.out.truncate(start);
+        Ok(V::Str(S::O(text)))
     }
 
     /// The text of the commonest string operands without building a value: a string
@@ -1164,6 +1482,10 @@ impl<'a> Machine<'a, '_> {
                     let V::Ns(i) = self.lookup(*ns)? else {
                         return Err(Bail);
                     };
+                    if i < self.ns_floor {
+                        // a macro call changing a namespace it did not make
+                        return Err(Bail);
+                    }
                     let v = self.eval(e)?;
                     let attrs = &mut self.namespaces[i];
                     match attrs.iter_mut().find(|(k, _)| *k == attr.as_str()) {
@@ -1205,13 +1527,20 @@ impl<'a> Machine<'a, '_> {
             }
         };
         let len = items.len();
-        for (index0, item) in items.into_iter().enumerate() {
+        let items = Rc::new(items);
+        for (index0, item) in items.iter().enumerate() {
             self.scope.truncate(base);
             for name in &f.assigned {
                 self.scope.push((*name, V::Poison));
             }
-            self.scope.push((f.target, item));
-            self.scope.push((LOOP, V::Loop { index0, len }));
+            self.scope.push((f.target, item.clone()));
+            self.scope.push((
+                LOOP,
+                V::Loop {
+                    index0,
+                    items: Rc::clone(&items),
+                },
+            ));
             match self.exec(&f.body)? {
                 Flow::Break => break,
                 Flow::Normal | Flow::Continue => {}
@@ -1274,13 +1603,10 @@ impl<'a> Machine<'a, '_> {
     #[allow(clippy::too_many_lines, clippy::many_single_char_names)]
     fn eval(&mut self, e: &'a Ex) -> R<V<'a>> {
         Ok(match e {
-            Ex::Const(c) => match c {
-                Const::Str(s) => V::Str(S::B(s)),
-                Const::Int(i) => V::Int(*i),
-                Const::Bool(b) => V::Bool(*b),
-                Const::None => V::None,
-            },
+            Ex::Const(c) => const_value(c),
             Ex::Var(name) => self.lookup(*name)?,
+            Ex::Macro(index) => V::Macro(*index),
+            Ex::CallMacro(name, pos, kw) => self.call_macro(*name, pos, kw)?,
             Ex::Field(target, key) => match self.eval(target)? {
                 V::Msg(m) => field(m, key)?,
                 _ => return Err(Bail),
@@ -1324,14 +1650,22 @@ impl<'a> Machine<'a, '_> {
                 // `message.items` is the dict's method in Jinja2, whatever the keys
                 V::Msg(_) if DICT_ATTRS.contains(&name.as_str()) => return Err(Bail),
                 V::Msg(m) => field(m, name)?,
-                V::Loop { index0, len } => match name.as_str() {
+                V::Loop { index0, items } => match name.as_str() {
+                    // the neighbours: undefined at the ends, as in Jinja2
+                    "previtem" => index0
+                        .checked_sub(1)
+                        .and_then(|i| items.get(i))
+                        .map_or(V::Undef, V::clone),
+                    "nextitem" => items.get(index0 + 1).map_or(V::Undef, V::clone),
                     "index0" => V::Int(i64::try_from(index0).map_err(|_| Bail)?),
                     "index" => V::Int(i64::try_from(index0 + 1).map_err(|_| Bail)?),
-                    "revindex" => V::Int(i64::try_from(len - index0).map_err(|_| Bail)?),
-                    "revindex0" => V::Int(i64::try_from(len - index0 - 1).map_err(|_| Bail)?),
+                    "revindex" => V::Int(i64::try_from(items.len() - index0).map_err(|_| Bail)?),
+                    "revindex0" => {
+                        V::Int(i64::try_from(items.len() - index0 - 1).map_err(|_| Bail)?)
+                    }
                     "first" => V::Bool(index0 == 0),
-                    "last" => V::Bool(index0 + 1 == len),
-                    "length" => V::Int(i64::try_from(len).map_err(|_| Bail)?),
+                    "last" => V::Bool(index0 + 1 == items.len()),
+                    "length" => V::Int(i64::try_from(items.len()).map_err(|_| Bail)?),
                     _ => return Err(Bail),
                 },
                 V::Ns(i) => self.namespaces[i]
@@ -1971,7 +2305,10 @@ mod tests {
     fn unsupported_or_failing_constructs_give_up() {
         for src in [
             "{{ messages | tojson }}",
-            "{% macro f(x) %}{{ x }}{% endmacro %}{{ f(1) }}",
+            "{% macro f(n) %}{{ f(n - 1) if n else 0 }}{% endmacro %}{{ f(1) }}",
+            "{% set s = '-' %}{% macro f(x) %}{{ x ~ s }}{% endmacro %}{{ f(1) }}",
+            "{% macro f(x, y) %}{{ x }}{% endmacro %}{{ f(1) }}",
+            "{% set ns = namespace(a=0) %}{% macro f() %}{% set ns.a = 1 %}{% endmacro %}{{ f() }}",
             "{{ raise_exception('no') }}",
             "{{ messages[0].items }}",
             "{{ messages[0].content + 1 }}",
@@ -1988,6 +2325,23 @@ mod tests {
         let (fast, full) = both("{{ raise_exception('bad role') }}", &chat(), false);
         assert_eq!(fast, None);
         assert!(full.unwrap_err().contains("bad role"));
+    }
+
+    #[test]
+    fn macros_render_on_the_fast_path() {
+        let src = "{%- macro item(m, sep=': ') -%}{{ m.role ~ sep ~ (m.content | trim) }}{%- endmacro -%}\
+            {%- macro all(ms) -%}{% set ns = namespace(n=0) %}{% for m in ms %}{% set ns.n = ns.n + 1 %}[{{ item(m, sep='=') }}]{% endfor %}#{{ ns.n }}{%- endmacro -%}\
+            {%- macro head() -%}{% if title is not defined %}{% set title = bos_token %}{% endif %}{{ title }}{%- endmacro -%}\
+            {{ head() }}{{ item(messages[0]) }}|{{ all(messages[1:]) }}|{{ loop_free }}";
+        assert_eq!(
+            fast_equal(src, &chat(), false),
+            "<s>system: Be brief.|[user=Hi ☃][assistant=Hello.][user=Hi ☃]#3|"
+        );
+        let neighbours = "{% for m in messages %}{{ loop.previtem.role if loop.previtem is defined else '^' }}<{{ loop.nextitem.turn if loop.nextitem is defined else '$' }};{% endfor %}";
+        assert_eq!(
+            fast_equal(neighbours, &chat(), false),
+            "^<;system<2;user<;assistant<$;"
+        );
     }
 
     #[test]
