@@ -626,6 +626,9 @@ SEMANTICS = {
     "{{ l | reject('none') | list }}"
     "|{{ s | trim('Hd') }}|{{ l | first }}|{{ l | last }}|{{ d | length }}",
     "strftime": "{{ strftime_now('%Y-%m-%d') }}",
+    "case": "{{ s.title() }}|{{ s | title }}|{{ s | capitalize }}|{{ u | title }}|"
+    '{{ "o\'neil mc-d 1st".title() }}|{{ "o\'neil mc-d\x1c1st" | title }}|'
+    "{{ 'ΑΣ ΒΣ-σΣ' | title }}|{{ 'éCOLE' | capitalize }}|{{ 'x y' | title }}",
     "none_length": "{{ tools is iterable and tools | length > 0 }}",
 }
 

@@ -142,6 +142,7 @@ impl ChatTemplate {
         env.add_filter("string", |v: Value| py_str(&v));
         env.add_filter("trim", trim_filter);
         env.add_filter("wordcount", wordcount_filter);
+        env.add_filter("title", |v: Value| jinja_title(&py_str(&v)));
         // Jinja2's tests: `none` is neither iterable nor a sequence; strings and dicts are
         // sequences (they have `len()` and `[]`), and so is undefined.
         env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
@@ -465,6 +466,49 @@ fn rewrite_generation_tags(source: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Python's str(), repr() and whitespace
 // ---------------------------------------------------------------------------------------------
+
+/// Python's `str.title()`: each run of cased characters starts upper case and goes on lower
+/// case (outside ASCII, the upper case mapping stands for the title case one, which differs
+/// for a few characters such as `ß` and the Latin digraphs).
+pub fn py_title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut prev_cased = false;
+    for c in s.chars() {
+        let cased = c.is_uppercase() || c.is_lowercase();
+        if !cased {
+            out.push(c);
+        } else if prev_cased {
+            out.extend(c.to_lowercase());
+        } else {
+            out.extend(c.to_uppercase());
+        }
+        prev_cased = cased;
+    }
+    out
+}
+
+/// Jinja2's `title` filter: the text split before each run of `-`, whitespace (Python's),
+/// `(`, `{`, `[` or `<`; each piece's first character upper case and the rest lower case.
+pub fn jinja_title(s: &str) -> String {
+    let is_delim = |c: char| matches!(c, '-' | '(' | '{' | '[' | '<') || py_is_space(c);
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        let n = c.len_utf8();
+        if is_delim(c) {
+            out.push(c);
+            rest = &rest[n..];
+            continue;
+        }
+        // a piece: its first character upper cased, the rest lower cased as a string of its
+        // own (Python's `item[1:].lower()`, final sigma included)
+        let end = rest.find(is_delim).unwrap_or(rest.len());
+        out.extend(c.to_uppercase());
+        out.push_str(&rest[n..end].to_lowercase());
+        rest = &rest[end..];
+    }
+    out
+}
 
 /// Python's `str.isspace()` for one character.
 pub fn py_is_space(c: char) -> bool {
@@ -802,6 +846,7 @@ fn py_method(
                 }
                 return Ok(found);
             }
+            "title" if args.is_empty() => return Ok(Value::from(py_title(s))),
             "isspace" if args.is_empty() => {
                 return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
             }

@@ -21,7 +21,7 @@ use std::rc::Rc;
 use minijinja::Value;
 use minijinja::machinery::ast;
 
-use crate::chat::py_is_space;
+use crate::chat::{jinja_title, py_is_space, py_title};
 
 /// A scalar input value (a message field or a template variable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +112,9 @@ enum FilterKind {
     Default,
     First,
     Last,
+    Capitalize,
+    /// Jinja2's `title` filter (not `str.title`)
+    Title,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -152,6 +155,9 @@ enum MethodKind {
     StartsWith,
     EndsWith,
     Get,
+    Capitalize,
+    /// `str.title()`
+    Title,
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +190,10 @@ enum Ex {
     StrftimeNow(u32, Box<Ex>),
     /// `xs | selectattr(attr[, test[, arg]])` (`true`) or `rejectattr` (`false`)
     SelectAttr(bool, Box<Ex>, String, Option<SelectTest>, Option<Box<Ex>>),
+    /// `range(...)` (the id of the name `range`, which a variable may shadow)
+    Range(u32, Vec<Ex>),
+    /// The output of a block (`{% set x %}...{% endset %}`), which assigns nothing itself.
+    Capture(Vec<Node>),
     /// The macro defined by a `{% macro %}` statement (its index in the template's macros).
     Macro(usize),
     /// `name(positional..., keyword=...)` where `name` is not a known function: a macro call
@@ -535,6 +545,17 @@ fn stmt(sy: &mut Symbols, s: &ast::Stmt<'_>) -> Node {
             },
             _ => Node::Unsupported,
         },
+        ast::Stmt::SetBlock(b) => {
+            let ast::Expr::Var(v) = &b.target else {
+                return Node::Unsupported;
+            };
+            let body = stmts(sy, &b.body);
+            if b.filter.is_some() || assigns(&body) {
+                // a filtered block, or assignments inside one (their scope is not modelled)
+                return Node::Unsupported;
+            }
+            Node::Set(sy.id(v.id), Ex::Capture(body))
+        }
         ast::Stmt::Continue(_) => Node::Continue,
         ast::Stmt::Break(_) => Node::Break,
         ast::Stmt::Macro(m) => {
@@ -586,6 +607,16 @@ fn macro_def(sy: &mut Symbols, m: &ast::Macro<'_>) -> usize {
         supported,
     });
     sy.macros.len() - 1
+}
+
+/// Whether `nodes` assign anything (`set`, `set ns.x`), at any depth.
+fn assigns(nodes: &[Node]) -> bool {
+    nodes.iter().any(|n| match n {
+        Node::Set(..) | Node::SetAttr(..) | Node::Unsupported => true,
+        Node::If(_, a, b) => assigns(a) || assigns(b),
+        Node::For(f) => assigns(&f.body) || assigns(&f.else_body),
+        _ => false,
+    })
 }
 
 fn bump(counts: &mut [u32], id: u32) {
@@ -770,6 +801,8 @@ fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
                 "first" => (FilterKind::First, 0),
                 "list" => (FilterKind::List, 0),
                 "last" => (FilterKind::Last, 0),
+                "capitalize" => (FilterKind::Capitalize, 0),
+                "title" => (FilterKind::Title, 0),
                 _ => return Ex::Unsupported,
             };
             if args.len() > max_args {
@@ -864,6 +897,10 @@ fn call(sy: &mut Symbols, c: &ast::Call<'_>) -> Ex {
             }
             _ => Ex::Unsupported,
         },
+        ast::Expr::Var(v) if v.id == "range" => match positional(sy, &c.args) {
+            Some(args) if (1..=3).contains(&args.len()) => Ex::Range(sy.read("range"), args),
+            _ => Ex::Unsupported,
+        },
         ast::Expr::Var(v) if v.id == "namespace" => {
             let mut kwargs = Vec::new();
             for a in &c.args {
@@ -903,6 +940,8 @@ fn call(sy: &mut Symbols, c: &ast::Call<'_>) -> Ex {
                 "startswith" => (MethodKind::StartsWith, 1, 1),
                 "endswith" => (MethodKind::EndsWith, 1, 1),
                 "get" => (MethodKind::Get, 1, 2),
+                "capitalize" => (MethodKind::Capitalize, 0, 0),
+                "title" => (MethodKind::Title, 0, 0),
                 _ => return Ex::Unsupported,
             };
             if args.len() < min || args.len() > max {
@@ -1196,6 +1235,50 @@ fn range_of(whole: &str, part: &str) -> (usize, usize) {
 
 fn strip_py(s: &str) -> &str {
     s.trim_matches(py_is_space)
+}
+
+/// Python's `range(start, stop, step)` as a list; `Bail` for a zero step or more items than
+/// Jinja2's sandbox allows (it raises there).
+fn py_range<'a>(start: i64, end: i64, step: i64) -> R<Vec<V<'a>>> {
+    const MAX_RANGE: i128 = 100_000;
+    if step == 0 {
+        return Err(Bail);
+    }
+    let (start, end, step) = (i128::from(start), i128::from(end), i128::from(step));
+    let len = if step > 0 {
+        (end - start + step - 1).div_euclid(step)
+    } else {
+        (start - end - step - 1).div_euclid(-step)
+    }
+    .max(0);
+    if len > MAX_RANGE {
+        return Err(Bail);
+    }
+    (0..len)
+        .map(|k| {
+            i64::try_from(start + k * step)
+                .map(V::Int)
+                .map_err(|_| Bail)
+        })
+        .collect()
+}
+
+/// Python's `str.capitalize()` of an ASCII string.
+fn py_capitalize(s: &str) -> String {
+    let mut out = s.to_ascii_lowercase();
+    if let Some(first) = out.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    out
+}
+
+/// A case mapping of an ASCII string value (Python's and Rust's case mappings differ in
+/// places outside ASCII: the full engine decides there).
+fn recase<'a>(v: &V<'a>, map: fn(&str) -> String) -> R<V<'a>> {
+    match v.text() {
+        Some(s) if s.is_ascii() => Ok(V::Str(S::O(Rc::from(map(s))))),
+        _ => Err(Bail),
+    }
 }
 
 fn const_value(c: &Const) -> V<'_> {
@@ -1835,6 +1918,36 @@ impl<'a> Machine<'a, '_> {
                 }
                 V::List(Rc::new(vals))
             }
+            Ex::Range(id, args) => {
+                if self.bound(*id).is_some() {
+                    // a variable named range shadows the function
+                    return Err(Bail);
+                }
+                let mut n = [0i64; 3];
+                for (slot, e) in n.iter_mut().zip(args) {
+                    *slot = match self.eval(e)? {
+                        V::Int(i) => i,
+                        V::Bool(b) => i64::from(b),
+                        _ => return Err(Bail),
+                    };
+                }
+                let (first, end, step) = match args.len() {
+                    1 => (0, n[0], 1),
+                    2 => (n[0], n[1], 1),
+                    _ => (n[0], n[1], n[2]),
+                };
+                V::List(Rc::new(py_range(first, end, step)?))
+            }
+            Ex::Capture(body) => {
+                let start = self.out.len();
+                let flow = self.exec(body)?;
+                if !matches!(flow, Flow::Normal) {
+                    return Err(Bail);
+                }
+                let text: Rc<str> = Rc::from(self.out.get(start..).unwrap_or_default());
+                self.out.truncate(start);
+                V::Str(S::O(text))
+            }
             Ex::StrftimeNow(id, format) => {
                 if self.bound(*id).is_some() {
                     // a variable named strftime_now shadows the function
@@ -1961,6 +2074,8 @@ impl<'a> Machine<'a, '_> {
                 }
                 _ => return Err(Bail),
             },
+            FilterKind::Capitalize => recase(&v, py_capitalize)?,
+            FilterKind::Title => recase(&v, jinja_title)?,
             FilterKind::Default => match v {
                 V::Undef => match args.first() {
                     Some(e) => self.eval(e)?,
@@ -2079,6 +2194,8 @@ impl<'a> Machine<'a, '_> {
                 v,
                 &[],
             ),
+            MethodKind::Capitalize => recase(&v, py_capitalize),
+            MethodKind::Title => recase(&v, py_title),
             MethodKind::StartsWith | MethodKind::EndsWith => {
                 let (Some(s), V::Str(arg)) = (v.text(), self.eval(&args[0])?) else {
                     return Err(Bail);
@@ -2342,6 +2459,18 @@ mod tests {
             fast_equal(neighbours, &chat(), false),
             "^<;system<2;user<;assistant<$;"
         );
+    }
+
+    #[test]
+    fn ranges_blocks_and_case_methods() {
+        let src = "{% for i in range(messages | length - 1, -1, -2) %}{{ i }}{% endfor %}|{{ range(3, 10, 4) | join(',') }}|{% set b %}{% for m in messages %}{{ m.role | capitalize }}{% endfor %}{% endset %}{{ b }}{{ b | length }}|{{ 'x-ray o\\'k' | title }}/{{ \"x-ray o'k\".title() }}";
+        assert_eq!(
+            fast_equal(src, &chat(), false),
+            "31|3,7|SystemUserAssistantUser23|X-Ray O'k/X-Ray O'K"
+        );
+        gives_up("{{ range(0, 5, 0) | length }}", &chat());
+        gives_up("{{ range(200000) | length }}", &chat());
+        gives_up("{{ 'é' | capitalize }}", &chat());
     }
 
     #[test]
