@@ -1,6 +1,7 @@
 //! A fast path for chat templates: a small tree-walking interpreter for the part of Jinja that
-//! chat templates spend their time in (loops over the messages, `if`, `set`, namespaces, string
-//! concatenation, comparisons, item and attribute lookups, `trim`), working directly on borrowed
+//! chat templates spend their time in (loops over the messages, `if`, `set` and `{% set %}`
+//! blocks, namespaces, top-level macros, `range`, string concatenation, comparisons, item and
+//! attribute lookups, Python string methods, the common filters), working directly on borrowed
 //! message text and writing straight into one output buffer.
 //!
 //! It is an accelerator, never a second source of truth. Anything it does not model exactly as

@@ -184,6 +184,22 @@ enum PlainValue {
     None,
 }
 
+/// A plain value (exact `str`, `bool`, `int` of 64 bits, `None`) as a scalar borrowing its
+/// text; `None` for anything else, and for a string without UTF-8 form (a lone surrogate).
+fn scalar_of<'a>(v: &'a Bound<'_, PyAny>) -> Option<Scalar<'a>> {
+    if v.is_none() {
+        Some(Scalar::None)
+    } else if let Ok(s) = v.cast_exact::<PyString>() {
+        s.to_str().ok().map(Scalar::Str)
+    } else if let Ok(b) = v.cast_exact::<PyBool>() {
+        Some(Scalar::Bool(b.is_true()))
+    } else if v.is_exact_instance_of::<PyInt>() {
+        v.extract::<i64>().ok().map(Scalar::Int)
+    } else {
+        None
+    }
+}
+
 /// Plain data copied out of Python objects (exact `str`, `int`, `bool`, `None`): the text of
 /// every string in one buffer, the fields as ranges of it.
 #[derive(Default)]
@@ -212,28 +228,27 @@ impl Plain {
         self.messages.truncate(messages);
     }
 
-    fn text(&mut self, s: &Bound<'_, PyString>) -> Option<(usize, usize)> {
-        // a lone surrogate fails here; the full converter reports it
-        let text = s.to_str().ok()?;
+    fn push(&mut self, text: &str) -> (usize, usize) {
         let start = self.text.len();
         self.text.push_str(text);
-        Some((start, self.text.len()))
+        (start, self.text.len())
+    }
+
+    fn text(&mut self, s: &Bound<'_, PyString>) -> Option<(usize, usize)> {
+        // a lone surrogate fails here; the full converter reports it
+        Some(self.push(s.to_str().ok()?))
     }
 
     fn value(&mut self, v: &Bound<'_, PyAny>) -> Option<PlainValue> {
-        if v.is_none() {
-            return Some(PlainValue::None);
-        }
-        if let Ok(s) = v.cast_exact::<PyString>() {
-            return self.text(s).map(|(a, b)| PlainValue::Str(a, b));
-        }
-        if let Ok(b) = v.cast_exact::<PyBool>() {
-            return Some(PlainValue::Bool(b.is_true()));
-        }
-        if let Ok(i) = v.cast_exact::<PyInt>() {
-            return i.extract::<i64>().ok().map(PlainValue::Int);
-        }
-        None
+        Some(match scalar_of(v)? {
+            Scalar::Str(text) => {
+                let (a, b) = self.push(text);
+                PlainValue::Str(a, b)
+            }
+            Scalar::Int(i) => PlainValue::Int(i),
+            Scalar::Bool(b) => PlainValue::Bool(b),
+            Scalar::None => PlainValue::None,
+        })
     }
 
     fn field(&mut self, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>) -> Option<()> {
@@ -314,13 +329,11 @@ struct Borrowed<'py> {
 }
 
 impl<'py> Borrowed<'py> {
+    /// Keeps a field with a `str` key (its value is checked by [`Borrowed::view`]).
     fn field(&mut self, k: Bound<'py, PyAny>, v: Bound<'py, PyAny>) -> Option<()> {
         let k = k.cast_into_exact::<PyString>().ok()?;
-        let plain = v.is_none()
-            || v.is_exact_instance_of::<PyString>()
-            || v.is_exact_instance_of::<PyBool>()
-            || v.is_exact_instance_of::<PyInt>();
-        plain.then(|| self.fields.push((k, v)))
+        self.fields.push((k, v));
+        Some(())
     }
 
     fn message(&mut self, item: &Bound<'py, PyAny>) -> Option<()> {
@@ -358,23 +371,12 @@ impl<'py> Borrowed<'py> {
         Some(b)
     }
 
-    /// The fields as borrowed scalars (`None` for a string without UTF-8 form, a lone
-    /// surrogate, or an `int` beyond 64 bits: the copying path reports or converts those).
+    /// The fields as borrowed scalars (`None` when one is not plain: the copying path
+    /// converts or reports it).
     fn view(&self) -> Option<Vec<(&str, Scalar<'_>)>> {
         self.fields
             .iter()
-            .map(|(k, v)| {
-                let value = if v.is_none() {
-                    Scalar::None
-                } else if let Ok(s) = v.cast_exact::<PyString>() {
-                    Scalar::Str(s.to_str().ok()?)
-                } else if let Ok(b) = v.cast_exact::<PyBool>() {
-                    Scalar::Bool(b.is_true())
-                } else {
-                    Scalar::Int(v.extract::<i64>().ok()?)
-                };
-                Some((k.to_str().ok()?, value))
-            })
+            .map(|(k, v)| Some((k.to_str().ok()?, scalar_of(v)?)))
             .collect()
     }
 }
