@@ -125,7 +125,7 @@ pub(crate) fn render_mm_rows<'py>(
             .cast_exact::<PyDict>()
             .map_err(|_| unsupported("a row that is not a dict"))?;
         // `format_mm(**entry)`: every key must be a str
-        for key in row.keys().iter() {
+        for (key, _) in row.iter() {
             if !key.is_exact_instance_of::<PyString>() {
                 return Err(unsupported("row key that is not a str"));
             }
