@@ -251,38 +251,11 @@ impl Plain {
         })
     }
 
-    fn field(&mut self, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>) -> Option<()> {
-        let key = self.text(k.cast_exact::<PyString>().ok()?)?;
-        let value = self.value(v)?;
-        self.fields.push((key, value));
-        Some(())
-    }
-
-    fn message(&mut self, item: &Bound<'_, PyAny>) -> Option<()> {
-        let d = item.cast_exact::<PyDict>().ok()?;
-        let start = self.fields.len();
-        for (k, v) in d.iter() {
-            // keys with a None value are dropped, as transformers drops them
-            if !v.is_none() {
-                self.field(&k, &v)?;
-            }
-        }
-        self.messages.push((start, self.fields.len()));
-        Some(())
-    }
-
     /// Adds a conversation of plain messages (an exact list or tuple of exact dicts with string
     /// keys): its range of `messages`, or `None` (and nothing kept) when it is not plain.
     fn conversation(&mut self, obj: &Bound<'_, PyAny>) -> Option<std::ops::Range<usize>> {
         let mark = self.mark();
-        let ok = if let Ok(l) = obj.cast_exact::<PyList>() {
-            l.iter().try_for_each(|item| self.message(&item))
-        } else if let Ok(t) = obj.cast_exact::<PyTuple>() {
-            t.iter().try_for_each(|item| self.message(&item))
-        } else {
-            None
-        };
-        if ok.is_none() {
+        if read_messages(self, obj).is_none() {
             self.rollback(mark);
             return None;
         }
@@ -292,10 +265,7 @@ impl Plain {
     /// The template variables (`(name, value)` pairs), when all are plain.
     fn variables(variables: &Bound<'_, PyAny>) -> Option<Plain> {
         let mut plain = Plain::default();
-        for pair in variables.try_iter().ok()? {
-            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.ok()?.extract().ok()?;
-            plain.field(&k, &v)?;
-        }
+        read_variables(&mut plain, variables)?;
         Some(plain)
     }
 
@@ -317,6 +287,65 @@ impl Plain {
     }
 }
 
+impl<'py> Fields<'py> for Plain {
+    fn count(&self) -> usize {
+        self.fields.len()
+    }
+
+    fn field(&mut self, k: Bound<'py, PyAny>, v: Bound<'py, PyAny>) -> Option<()> {
+        let key = self.text(k.cast_exact::<PyString>().ok()?)?;
+        let value = self.value(&v)?;
+        self.fields.push((key, value));
+        Some(())
+    }
+
+    fn end_message(&mut self, start: usize) {
+        self.messages.push((start, self.fields.len()));
+    }
+}
+
+/// What the plain readers fill: fields, message after message.
+trait Fields<'py> {
+    /// how many fields so far
+    fn count(&self) -> usize;
+    /// one field; `None` when it is not plain
+    fn field(&mut self, k: Bound<'py, PyAny>, v: Bound<'py, PyAny>) -> Option<()>;
+    /// a message's fields end (they started at `start`)
+    fn end_message(&mut self, start: usize);
+}
+
+/// Reads a conversation: an exact list or tuple of exact dicts; `None` when it is not plain.
+fn read_messages<'py>(into: &mut impl Fields<'py>, obj: &Bound<'py, PyAny>) -> Option<()> {
+    let mut one = |item: Bound<'py, PyAny>| -> Option<()> {
+        let d = item.cast_exact::<PyDict>().ok()?;
+        let start = into.count();
+        for (k, v) in d.iter() {
+            // keys with a None value are dropped, as transformers drops them
+            if !v.is_none() {
+                into.field(k, v)?;
+            }
+        }
+        into.end_message(start);
+        Some(())
+    };
+    if let Ok(l) = obj.cast_exact::<PyList>() {
+        l.iter().try_for_each(&mut one)
+    } else if let Ok(t) = obj.cast_exact::<PyTuple>() {
+        t.iter().try_for_each(&mut one)
+    } else {
+        None
+    }
+}
+
+/// Reads the template variables (`(name, value)` pairs); `None` when one is not plain.
+fn read_variables<'py>(into: &mut impl Fields<'py>, variables: &Bound<'py, PyAny>) -> Option<()> {
+    for pair in variables.try_iter().ok()? {
+        let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.ok()?.extract().ok()?;
+        into.field(k, v)?;
+    }
+    Some(())
+}
+
 /// A plain conversation (or the template variables) held as Python objects, read in place
 /// with the interpreter held: the single-conversation path borrows their text instead of
 /// copying it.
@@ -328,7 +357,11 @@ struct Borrowed<'py> {
     messages: Vec<(usize, usize)>,
 }
 
-impl<'py> Borrowed<'py> {
+impl<'py> Fields<'py> for Borrowed<'py> {
+    fn count(&self) -> usize {
+        self.fields.len()
+    }
+
     /// Keeps a field with a `str` key (its value is checked by [`Borrowed::view`]).
     fn field(&mut self, k: Bound<'py, PyAny>, v: Bound<'py, PyAny>) -> Option<()> {
         let k = k.cast_into_exact::<PyString>().ok()?;
@@ -336,38 +369,23 @@ impl<'py> Borrowed<'py> {
         Some(())
     }
 
-    fn message(&mut self, item: &Bound<'py, PyAny>) -> Option<()> {
-        let d = item.cast_exact::<PyDict>().ok()?;
-        let start = self.fields.len();
-        for (k, v) in d.iter() {
-            if !v.is_none() {
-                self.field(k, v)?;
-            }
-        }
+    fn end_message(&mut self, start: usize) {
         self.messages.push((start, self.fields.len()));
-        Some(())
     }
+}
 
+impl<'py> Borrowed<'py> {
     /// A conversation of plain messages, or `None`.
     fn conversation(obj: &Bound<'py, PyAny>) -> Option<Self> {
         let mut b = Borrowed::default();
-        if let Ok(l) = obj.cast_exact::<PyList>() {
-            l.iter().try_for_each(|item| b.message(&item))?;
-        } else if let Ok(t) = obj.cast_exact::<PyTuple>() {
-            t.iter().try_for_each(|item| b.message(&item))?;
-        } else {
-            return None;
-        }
+        read_messages(&mut b, obj)?;
         Some(b)
     }
 
     /// The template variables (`(name, value)` pairs), when all are plain.
     fn variables(variables: &Bound<'py, PyAny>) -> Option<Self> {
         let mut b = Borrowed::default();
-        for pair in variables.try_iter().ok()? {
-            let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = pair.ok()?.extract().ok()?;
-            b.field(k, v)?;
-        }
+        read_variables(&mut b, variables)?;
         Some(b)
     }
 
