@@ -238,6 +238,13 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         False,
     ),
     "set_block_filtered": ("{% set x | upper %}abc{% endset %}{{ x }}", False),
+    "tojson": (
+        "{% for m in messages %}{{ m.content | tojson }}{{ m | tojson }}{% endfor %}"
+        "{{ messages | tojson }}{{ [1, 'a\"b', none, true, messages[1:2]] | tojson }}"
+        "{{ 'é\\n\u2028\\u0001<>&' | tojson }}{{ add_generation_prompt | tojson }}",
+        True,
+    ),
+    "tojson_arguments": ("{{ messages | tojson(indent=2) }}", False),
     "loop_neighbours": (
         "{% for m in messages if m.role != 'system' %}"
         "{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ m.role }}>"

@@ -1024,6 +1024,20 @@ fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
     Ok(Value::from(out))
 }
 
+/// `value | tojson` without arguments, as transformers' filter gives it.
+pub fn tojson_default(value: &Value) -> Result<String, Error> {
+    let opts = JsonOptions {
+        ensure_ascii: false,
+        indent: None,
+        item_sep: ", ".to_owned(),
+        key_sep: ": ".to_owned(),
+        sort_keys: false,
+    };
+    let mut out = String::new();
+    write_json(&mut out, value, &opts, 0)?;
+    Ok(out)
+}
+
 struct JsonOptions {
     ensure_ascii: bool,
     indent: Option<String>,

@@ -116,6 +116,8 @@ enum FilterKind {
     Capitalize,
     /// Jinja2's `title` filter (not `str.title`)
     Title,
+    /// `tojson` without arguments
+    ToJson,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -804,6 +806,7 @@ fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
                 "last" => (FilterKind::Last, 0),
                 "capitalize" => (FilterKind::Capitalize, 0),
                 "title" => (FilterKind::Title, 0),
+                "tojson" => (FilterKind::ToJson, 0),
                 _ => return Ex::Unsupported,
             };
             if args.len() > max_args {
@@ -1271,6 +1274,33 @@ fn py_capitalize(s: &str) -> String {
         first.make_ascii_uppercase();
     }
     out
+}
+
+/// A value as the full engine sees it, for `tojson` (`Bail` for what JSON cannot encode or
+/// the fast path does not model: undefined, namespaces, generators, loops, macros).
+fn json_value(v: &V<'_>, depth: usize) -> R<Value> {
+    if depth > 32 {
+        return Err(Bail);
+    }
+    Ok(match v {
+        V::None => Value::from(()),
+        V::Bool(b) => Value::from(*b),
+        V::Int(i) => Value::from(*i),
+        V::Str(s) => Value::from(s.as_str()),
+        V::Msg(m) => Value::from(crate::chat::plain_map(m)),
+        V::Msgs(ms) => Value::from(
+            ms.iter()
+                .map(|m| Value::from(crate::chat::plain_map(m)))
+                .collect::<Vec<Value>>(),
+        ),
+        V::List(items) => Value::from(
+            items
+                .iter()
+                .map(|x| json_value(x, depth + 1))
+                .collect::<R<Vec<Value>>>()?,
+        ),
+        _ => return Err(Bail),
+    })
 }
 
 /// A case mapping of an ASCII string value (Python's and Rust's case mappings differ in
@@ -2075,6 +2105,10 @@ impl<'a> Machine<'a, '_> {
                 }
                 _ => return Err(Bail),
             },
+            FilterKind::ToJson => {
+                let json = crate::chat::tojson_default(&json_value(&v, 0)?).map_err(|_| Bail)?;
+                V::Str(S::O(Rc::from(json)))
+            }
             FilterKind::Capitalize => recase(&v, py_capitalize)?,
             FilterKind::Title => recase(&v, jinja_title)?,
             FilterKind::Default => match v {
@@ -2422,7 +2456,8 @@ mod tests {
     #[test]
     fn unsupported_or_failing_constructs_give_up() {
         for src in [
-            "{{ messages | tojson }}",
+            "{{ messages | tojson(indent=2) }}",
+            "{{ undefined_name | tojson }}",
             "{% macro f(n) %}{{ f(n - 1) if n else 0 }}{% endmacro %}{{ f(1) }}",
             "{% set s = '-' %}{% macro f(x) %}{{ x ~ s }}{% endmacro %}{{ f(1) }}",
             "{% macro f(x, y) %}{{ x }}{% endmacro %}{{ f(1) }}",
@@ -2468,6 +2503,11 @@ mod tests {
         assert_eq!(
             fast_equal(src, &chat(), false),
             "31|3,7|SystemUserAssistantUser23|X-Ray O'k/X-Ray O'K"
+        );
+        let json = "{{ messages[1] | tojson }}|{{ messages[2:] | tojson }}|{{ [1, none, true, 'a\"b'] | tojson }}|{{ messages[0].content | tojson }}";
+        assert_eq!(
+            fast_equal(json, &chat(), false),
+            "{\"role\": \"user\", \"content\": \"Hi ☃\"}|[{\"role\": \"assistant\", \"content\": \"Hello.\", \"turn\": 2}, {\"role\": \"user\", \"content\": \"Hi ☃\"}]|[1, null, true, \"a\\\"b\"]|\"  Be brief.\\n\""
         );
         gives_up("{{ range(0, 5, 0) | length }}", &chat());
         gives_up("{{ range(200000) | length }}", &chat());
