@@ -245,6 +245,22 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         True,
     ),
     "tojson_arguments": ("{{ messages | tojson(indent=2) }}", False),
+    "dict_literals": (
+        "{% set ind = {'user': '<|user|>', 'assistant': '<|bot|>', 'system': '<|sys|>'} %}"
+        "{% for m in messages %}{{ ind[m.role] }}{{ ind.get(m.role, '?') }}{{ m.role in ind }}"
+        "{% endfor %}|{{ ind | length }}{{ {} | length }}{{ {'a': 1} == {'a': 1} }}"
+        "{{ {'a': 1, 'a': 2}['a'] }}{{ ind.missing is defined }}{{ ({'x': 'y'}).get('z', 'd') }}"
+        "{{ [{'role': 'x'}][0]['role'] }}{{ ind is mapping }}{{ {} is mapping }}"
+        "{{ {'role': 'user', 'content': messages[1].content} == messages[1] }}"
+        "{{ {'k': [1, 'v'], 'm': messages[1]} | tojson }}{% if {} %}T{% else %}F{% endif %}",
+        True,
+    ),
+    "dict_method_name_key": (
+        "{% set d = {'items': 1} %}{{ d['items'] }}{{ d.items is defined }}",
+        False,
+    ),
+    "dict_update": ("{% set d = {'a': 1} %}{% set _ = d.update({'a': 2}) %}{{ d.a }}", False),
+    "dict_printed": ("{{ {'a': 1} }}", False),
     "loop_neighbours": (
         "{% for m in messages if m.role != 'system' %}"
         "{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ m.role }}>"

@@ -189,6 +189,8 @@ enum Ex {
     Method(Box<Ex>, MethodKind, Vec<Ex>),
     Namespace(Vec<(String, Ex)>),
     List(Vec<Ex>),
+    /// `{'key': value, ...}` with string constant keys
+    Dict(Vec<(String, Ex)>),
     /// `strftime_now(format)` (the id of the name `strftime_now`, which a variable may shadow)
     StrftimeNow(u32, Box<Ex>),
     /// `xs | selectattr(attr[, test[, arg]])` (`true`) or `rejectattr` (`false`)
@@ -845,7 +847,21 @@ fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
         },
         ast::Expr::Call(c) => call(sy, c),
         ast::Expr::List(l) => Ex::List(l.items.iter().map(|e| expr(sy, e)).collect()),
-        _ => Ex::Unsupported,
+        ast::Expr::Map(m) => {
+            let mut items = Vec::with_capacity(m.keys.len());
+            for (k, v) in m.keys.iter().zip(&m.values) {
+                let ast::Expr::Const(c) = k else {
+                    return Ex::Unsupported;
+                };
+                let Some(key) = c.value.as_str() else {
+                    return Ex::Unsupported;
+                };
+                items.push((key.to_owned(), expr(sy, v)));
+            }
+            Ex::Dict(items)
+        }
+        // tuples print and compare unlike lists
+        ast::Expr::Tuple(_) => Ex::Unsupported,
     }
 }
 
@@ -1014,6 +1030,50 @@ enum V<'a> {
     Poison,
     /// A macro (its index in the template's macros).
     Macro(usize),
+    /// A dict made by the template (`{'key': value}`): string keys, in insertion order.
+    Dict(Rc<Vec<(&'a str, V<'a>)>>),
+}
+
+/// A dict either way: a message (scalars) or one the template made.
+#[derive(Clone, Copy)]
+enum DictRef<'r, 'a> {
+    Msg(&'a Message<'a>),
+    Made(&'r [(&'a str, V<'a>)]),
+}
+
+impl<'a> DictRef<'_, 'a> {
+    fn of<'r>(v: &'r V<'a>) -> Option<DictRef<'r, 'a>> {
+        match v {
+            V::Msg(m) => Some(DictRef::Msg(m)),
+            V::Dict(d) => Some(DictRef::Made(d)),
+            _ => None,
+        }
+    }
+
+    fn get(self, key: &str) -> Option<V<'a>> {
+        match self {
+            DictRef::Msg(m) => m.get(key).map(V::from_scalar),
+            DictRef::Made(d) => d.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            DictRef::Msg(m) => m.fields.len(),
+            DictRef::Made(d) => d.len(),
+        }
+    }
+
+    fn pairs(self) -> Vec<(&'a str, V<'a>)> {
+        match self {
+            DictRef::Msg(m) => m
+                .fields
+                .iter()
+                .map(|(k, v)| (*k, V::from_scalar(*v)))
+                .collect(),
+            DictRef::Made(d) => d.to_vec(),
+        }
+    }
 }
 
 impl<'a> V<'a> {
@@ -1034,6 +1094,7 @@ impl<'a> V<'a> {
             V::Str(s) => !s.as_str().is_empty(),
             V::Msgs(m) => !m.is_empty(),
             V::Msg(m) => !m.fields.is_empty(),
+            V::Dict(d) => !d.is_empty(),
             V::List(l) => !l.is_empty(),
             V::Loop { .. } | V::Ns(_) => true,
             // a generator is always true in Jinja2, an empty one false in the full engine:
@@ -1084,14 +1145,17 @@ fn equal(a: &V<'_>, b: &V<'_>) -> R<bool> {
     Ok(match (a, b) {
         (V::Str(x), V::Str(y)) => x.as_str() == y.as_str(),
         // dicts: the same keys with equal values, in any order
-        (V::Msg(x), V::Msg(y)) => {
-            if x.fields.len() != y.fields.len() {
+        (V::Msg(_) | V::Dict(_), V::Msg(_) | V::Dict(_)) => {
+            let (Some(x), Some(y)) = (DictRef::of(a), DictRef::of(b)) else {
+                return Err(Bail);
+            };
+            if x.len() != y.len() {
                 return Ok(false);
             }
-            for (k, v) in x.fields {
+            for (k, v) in x.pairs() {
                 match y.get(k) {
                     Some(w) => {
-                        if !equal(&V::from_scalar(*v), &V::from_scalar(w))? {
+                        if !equal(&v, &w)? {
                             return Ok(false);
                         }
                     }
@@ -1128,9 +1192,9 @@ fn contains(needle: &V<'_>, hay: &V<'_>) -> R<bool> {
             Some(n) => Ok(h.as_str().contains(n)),
             None => Err(Bail),
         },
-        V::Msg(m) => match needle.text() {
-            Some(n) => Ok(m.get(n).is_some()),
-            None => Err(Bail),
+        V::Msg(_) | V::Dict(_) => match (needle.text(), DictRef::of(hay)) {
+            (Some(n), Some(d)) => Ok(d.get(n).is_some()),
+            _ => Err(Bail),
         },
         V::List(items) => {
             for item in items.iter() {
@@ -1160,8 +1224,14 @@ const DICT_ATTRS: [&str; 11] = [
 ];
 
 fn field<'a>(m: &'a Message<'a>, key: &str) -> R<V<'a>> {
-    match m.get(key) {
-        Some(v) => Ok(V::from_scalar(v)),
+    dict_item(DictRef::Msg(m), key)
+}
+
+/// `d[key]`: the value, or undefined -- unless the dict has an attribute of that name (a
+/// method), which Jinja2 would give instead.
+fn dict_item<'a>(d: DictRef<'_, 'a>, key: &str) -> R<V<'a>> {
+    match d.get(key) {
+        Some(v) => Ok(v),
         None if DICT_ATTRS.contains(&key) || key.starts_with('_') => Err(Bail),
         None => Ok(V::Undef),
     }
@@ -1288,6 +1358,11 @@ fn json_value(v: &V<'_>, depth: usize) -> R<Value> {
         V::Int(i) => Value::from(*i),
         V::Str(s) => Value::from(s.as_str()),
         V::Msg(m) => Value::from(crate::chat::plain_map(m)),
+        V::Dict(d) => Value::from(
+            d.iter()
+                .map(|(k, x)| Ok((Value::from(*k), json_value(x, depth + 1)?)))
+                .collect::<R<crate::chat::Map>>()?,
+        ),
         V::Msgs(ms) => Value::from(
             ms.iter()
                 .map(|m| Value::from(crate::chat::plain_map(m)))
@@ -1723,6 +1798,7 @@ impl<'a> Machine<'a, '_> {
             Ex::CallMacro(name, pos, kw) => self.call_macro(*name, pos, kw)?,
             Ex::Field(target, key) => match self.eval(target)? {
                 V::Msg(m) => field(m, key)?,
+                V::Dict(d) => dict_item(DictRef::Made(&d), key)?,
                 _ => return Err(Bail),
             },
             Ex::Item(target, key) => {
@@ -1737,6 +1813,7 @@ impl<'a> Machine<'a, '_> {
                         _ => return Err(Bail),
                     },
                     (V::Msg(m), V::Str(k)) => field(m, k.as_str())?,
+                    (V::Dict(d), V::Str(k)) => dict_item(DictRef::Made(d), k.as_str())?,
                     (V::Str(s), V::Int(i)) => {
                         let s = s.as_str();
                         let len = if s.is_ascii() {
@@ -1762,8 +1839,11 @@ impl<'a> Machine<'a, '_> {
             }
             Ex::Attr(target, name) => match self.eval(target)? {
                 // `message.items` is the dict's method in Jinja2, whatever the keys
-                V::Msg(_) if DICT_ATTRS.contains(&name.as_str()) => return Err(Bail),
+                V::Msg(_) | V::Dict(_) if DICT_ATTRS.contains(&name.as_str()) => {
+                    return Err(Bail);
+                }
                 V::Msg(m) => field(m, name)?,
+                V::Dict(d) => dict_item(DictRef::Made(&d), name)?,
                 V::Loop { index0, items } => match name.as_str() {
                     // the neighbours: undefined at the ends, as in Jinja2
                     "previtem" => index0
@@ -1910,17 +1990,21 @@ impl<'a> Machine<'a, '_> {
                     TestKind::Number => matches!(v, V::Int(_) | V::Bool(_)),
                     TestKind::Integer => matches!(v, V::Int(_)),
                     TestKind::Mapping => match v {
-                        V::Msg(_) => true,
+                        V::Msg(_) | V::Dict(_) => true,
                         V::Ns(_) | V::Poison => return Err(Bail),
                         _ => false,
                     },
                     TestKind::Sequence => match v {
-                        V::Msgs(_) | V::Msg(_) | V::Str(_) | V::List(_) | V::Undef => true,
+                        V::Msgs(_) | V::Msg(_) | V::Dict(_) | V::Str(_) | V::List(_) | V::Undef => {
+                            true
+                        }
                         V::None | V::Bool(_) | V::Int(_) => false,
                         _ => return Err(Bail),
                     },
                     TestKind::Iterable => match v {
-                        V::Msgs(_) | V::Msg(_) | V::Str(_) | V::List(_) | V::Undef => true,
+                        V::Msgs(_) | V::Msg(_) | V::Dict(_) | V::Str(_) | V::List(_) | V::Undef => {
+                            true
+                        }
                         V::None | V::Bool(_) | V::Int(_) => false,
                         _ => return Err(Bail),
                     },
@@ -1948,6 +2032,18 @@ impl<'a> Machine<'a, '_> {
                     vals.push(self.eval(item)?);
                 }
                 V::List(Rc::new(vals))
+            }
+            Ex::Dict(items) => {
+                let mut pairs: Vec<(&'a str, V<'a>)> = Vec::with_capacity(items.len());
+                for (k, e) in items {
+                    let v = self.eval(e)?;
+                    // a repeated key keeps its first place and takes the last value
+                    match pairs.iter_mut().find(|(name, _)| *name == k.as_str()) {
+                        Some(slot) => slot.1 = v,
+                        None => pairs.push((k.as_str(), v)),
+                    }
+                }
+                V::Dict(Rc::new(pairs))
             }
             Ex::Range(id, args) => {
                 if self.bound(*id).is_some() {
@@ -2082,6 +2178,7 @@ impl<'a> Machine<'a, '_> {
                 V::Str(s) => V::Int(i64::try_from(s.as_str().chars().count()).map_err(|_| Bail)?),
                 V::Msgs(m) => V::Int(i64::try_from(m.len()).map_err(|_| Bail)?),
                 V::Msg(m) => V::Int(i64::try_from(m.fields.len()).map_err(|_| Bail)?),
+                V::Dict(d) => V::Int(i64::try_from(d.len()).map_err(|_| Bail)?),
                 V::List(l) => V::Int(i64::try_from(l.len()).map_err(|_| Bail)?),
                 _ => return Err(Bail),
             },
@@ -2147,14 +2244,14 @@ impl<'a> Machine<'a, '_> {
     fn method(&mut self, v: V<'a>, kind: MethodKind, args: &'a [Ex]) -> R<V<'a>> {
         match kind {
             MethodKind::Get => {
-                let V::Msg(m) = v else {
+                let Some(d) = DictRef::of(&v) else {
                     return Err(Bail);
                 };
                 let V::Str(key) = self.eval(&args[0])? else {
                     return Err(Bail);
                 };
-                match m.get(key.as_str()) {
-                    Some(s) => Ok(V::from_scalar(s)),
+                match d.get(key.as_str()) {
+                    Some(found) => Ok(found),
                     None => match args.get(1) {
                         Some(e) => self.eval(e),
                         None => Ok(V::None),
@@ -2509,6 +2606,10 @@ mod tests {
             fast_equal(json, &chat(), false),
             "{\"role\": \"user\", \"content\": \"Hi ☃\"}|[{\"role\": \"assistant\", \"content\": \"Hello.\", \"turn\": 2}, {\"role\": \"user\", \"content\": \"Hi ☃\"}]|[1, null, true, \"a\\\"b\"]|\"  Be brief.\\n\""
         );
+        let dicts = "{% set tag = {'system': 'S', 'user': 'U', 'assistant': 'A', 'system': 's'} %}{% for m in messages %}{{ tag[m.role] }}{{ tag.get(m.role ~ 'x', '-') }}{% endfor %}|{{ tag | length }}{{ 'user' in tag }}{{ {'role': 'user', 'content': 'Hi ☃'} == messages[1] }}";
+        assert_eq!(fast_equal(dicts, &chat(), false), "s-U-A-U-|3TrueTrue");
+        gives_up("{{ {'a': 1} }}", &chat());
+        gives_up("{% set d = {'keys': 1} %}{{ d.keys }}", &chat());
         gives_up("{{ range(0, 5, 0) | length }}", &chat());
         gives_up("{{ range(200000) | length }}", &chat());
         gives_up("{{ 'é' | capitalize }}", &chat());
