@@ -261,6 +261,32 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
     ),
     "dict_update": ("{% set d = {'a': 1} %}{% set _ = d.update({'a': 2}) %}{{ d.a }}", False),
     "dict_printed": ("{{ {'a': 1} }}", False),
+    "list_concatenation": (
+        "{% set ms = [{'role': 'system', 'content': 'S'}] + messages %}"
+        "{% for m in ms %}{{ m.role }}:{{ m['content'] | length }};{% endfor %}"
+        "{% set more = messages[1:] + messages[:1] + [1] %}{{ more | length }}"
+        "{{ (messages + messages) | length }}{{ (messages + [])[0].role }}",
+        True,
+    ),
+    "default_boolean": (
+        "{{ '' | default('x', true) }}{{ '' | default('x') }}{{ none | default('n', true) }}"
+        "{{ 0 | default(5, true) }}{{ 'a' | default('b', true) }}{{ missing | default('m', false) }}"
+        "{{ messages[0].nope | default('q', true) }}{{ [] | default('e', true) }}",
+        True,
+    ),
+    "int_filter": ("{{ '12' | int }}{{ '-3' | int + 1 }}{{ true | int }}{{ 7 | int }}", True),
+    "int_filter_lenient": (
+        "{{ ' 12' | int }}{{ '1.5' | int }}{{ 'x' | int }}{{ '1_000' | int }}{{ '-2.9e1' | int }}"
+        "{{ 'nan' | int }}{{ none | int }}{{ 'x' | int(7) }}{{ '+5' | int }}"
+        "{{ '0x1A' | int }}{{ '1A' | int(0, 16) }}",
+        False,
+    ),
+    "int_of_undefined": ("{{ missing | int }}", False),
+    "tojson_ensure_ascii": (
+        "{{ 'é😀' | tojson(ensure_ascii=true) }}{{ 'é' | tojson(ensure_ascii=false) }}"
+        "{{ messages[1] | tojson(true) }}",
+        True,
+    ),
     "loop_neighbours": (
         "{% for m in messages if m.role != 'system' %}"
         "{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ m.role }}>"
@@ -301,3 +327,16 @@ def test_constructs_match_jinja2(name: str, ref_tok: Any) -> None:
         assert ref == ("ok", got)
     else:
         assert got is None
+
+
+def test_tuple_conversation_is_left_to_the_full_engine(ref_tok: Any) -> None:
+    """A tuple of messages is rendered by the full engine (`messages + [...]` fails on a tuple
+    in Jinja2, and the fast path's messages are a list)."""
+    from test_chat_template import _assert_same, _reference
+
+    conv = (SYSTEM, USER)
+    source = "{% for m in messages %}{{ m.role }}{% endfor %}"
+    assert CompiledChatTemplate(source).fast_render(conv, VARIABLES, True) is None
+    assert CompiledChatTemplate(source).fast_render(list(conv), VARIABLES, True) == "systemuser"
+    case = {"messages": conv, "add_generation_prompt": True}
+    _assert_same(_reference(ref_tok, source, case), chat_corpus.ours_outcome(source, case))

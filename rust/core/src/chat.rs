@@ -143,6 +143,7 @@ impl ChatTemplate {
         env.add_filter("trim", trim_filter);
         env.add_filter("wordcount", wordcount_filter);
         env.add_filter("title", |v: Value| jinja_title(&py_str(&v)));
+        env.add_filter("int", int_filter);
         // Jinja2's tests: `none` is neither iterable nor a sequence; strings and dicts are
         // sequences (they have `len()` and `[]`), and so is undefined.
         env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
@@ -780,6 +781,101 @@ fn trim_filter(value: &Value, chars: Option<Value>) -> Value {
     Value::from(py_strip(&s, chars.as_deref()))
 }
 
+/// Jinja2's `int(value, default=0, base=10)`: Python's `int()` of the value (a string in
+/// `base`), else `int(float(value))`, else `default`.
+fn int_filter(value: &Value, default: Option<Value>, base: Option<u32>) -> Result<Value, Error> {
+    if value.is_undefined() {
+        // Jinja2's Undefined refuses int()
+        return Err(Error::new(
+            ErrorKind::UndefinedError,
+            "int() of an undefined value",
+        ));
+    }
+    let default = default.unwrap_or_else(|| Value::from(0));
+    let base = base.unwrap_or(10);
+    if let Some(s) = value.as_str() {
+        if let Some(i) = py_int_str(s, base) {
+            return Ok(Value::from(i));
+        }
+        return Ok(match py_float_str(s) {
+            Some(f) => float_to_int(f)?.unwrap_or(default),
+            None => default,
+        });
+    }
+    Ok(match value.kind() {
+        ValueKind::Bool => Value::from(i64::from(value.is_true())),
+        ValueKind::Number if value.is_integer() => value.clone(),
+        ValueKind::Number => {
+            float_to_int(f64::try_from(value.clone()).unwrap_or(f64::NAN))?.unwrap_or(default)
+        }
+        _ => default,
+    })
+}
+
+/// `int(f)`: `None` for NaN (a ValueError, so Jinja2 takes the default); an error for an
+/// infinity (an OverflowError, which Jinja2 lets through).
+fn float_to_int(f: f64) -> Result<Option<Value>, Error> {
+    if f.is_nan() {
+        return Ok(None);
+    }
+    if f.is_infinite() {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "cannot convert float infinity to integer",
+        ));
+    }
+    let t = f.trunc();
+    // i64 covers what templates meet; a larger value is left to Python-size integers
+    if t.abs() < 9.2e18 {
+        #[allow(clippy::cast_possible_truncation)]
+        return Ok(Some(Value::from(t as i64)));
+    }
+    Err(Error::new(ErrorKind::InvalidOperation, "integer too large"))
+}
+
+/// Python's `int(s, base)` for ASCII digits: surrounding whitespace, a sign, `_` between
+/// digits (`None` where Python raises, or for a value beyond 64 bits).
+fn py_int_str(s: &str, base: u32) -> Option<i64> {
+    if !(2..=36).contains(&base) {
+        return None;
+    }
+    let t = s.trim_matches(py_is_space);
+    let (negative, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+    {
+        return None;
+    }
+    let clean: String = digits.chars().filter(|c| *c != '_').collect();
+    if !clean.chars().all(|c| c.is_digit(base)) {
+        return None;
+    }
+    let n = i64::from_str_radix(&clean, base).ok()?;
+    Some(if negative { -n } else { n })
+}
+
+/// Python's `float(s)` for the common spellings (decimal, exponent, `inf`, `nan`).
+fn py_float_str(s: &str) -> Option<f64> {
+    let t = s.trim_matches(py_is_space);
+    let lower = t.to_ascii_lowercase();
+    let body = lower.trim_start_matches(['+', '-']);
+    let special = matches!(body, "inf" | "infinity" | "nan");
+    let plain = !body.is_empty()
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'+' | b'-'));
+    if !(special || plain) || lower.len() - body.len() > 1 {
+        return None;
+    }
+    lower.parse::<f64>().ok()
+}
+
 fn strftime_now(format: &str) -> Result<Value, Error> {
     strftime_now_text(format).map(Value::from).ok_or_else(|| {
         Error::new(
@@ -1024,10 +1120,10 @@ fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
     Ok(Value::from(out))
 }
 
-/// `value | tojson` without arguments, as transformers' filter gives it.
-pub fn tojson_default(value: &Value) -> Result<String, Error> {
+/// `value | tojson(ensure_ascii=...)`, as transformers' filter gives it.
+pub fn tojson_default(value: &Value, ensure_ascii: bool) -> Result<String, Error> {
     let opts = JsonOptions {
-        ensure_ascii: false,
+        ensure_ascii,
         indent: None,
         item_sep: ", ".to_owned(),
         key_sep: ": ".to_owned(),

@@ -116,8 +116,11 @@ enum FilterKind {
     Capitalize,
     /// Jinja2's `title` filter (not `str.title`)
     Title,
-    /// `tojson` without arguments
+    /// `tojson` without arguments, or with a constant `ensure_ascii` (`true`: `ToJsonAscii`)
     ToJson,
+    ToJsonAscii,
+    /// `int` without arguments, on values whose conversion is certain
+    Int,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -787,6 +790,29 @@ fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
             i.false_expr.as_ref().map(|e| boxed(sy, e)),
         ),
         ast::Expr::Filter(f) if matches!(f.name, "selectattr" | "rejectattr") => select_attr(sy, f),
+        ast::Expr::Filter(f) if f.name == "tojson" => {
+            let Some(target) = &f.expr else {
+                return Ex::Unsupported;
+            };
+            let mut ascii = false;
+            for (i, a) in f.args.iter().enumerate() {
+                let value = match a {
+                    ast::CallArg::Pos(ast::Expr::Const(c)) if i == 0 => &c.value,
+                    ast::CallArg::Kwarg("ensure_ascii", ast::Expr::Const(c)) => &c.value,
+                    _ => return Ex::Unsupported,
+                };
+                if value.kind() != minijinja::value::ValueKind::Bool {
+                    return Ex::Unsupported;
+                }
+                ascii = value.is_true();
+            }
+            let kind = if ascii {
+                FilterKind::ToJsonAscii
+            } else {
+                FilterKind::ToJson
+            };
+            Ex::Filter(kind, boxed(sy, target), Vec::new())
+        }
         ast::Expr::Filter(f) => {
             let Some(target) = &f.expr else {
                 return Ex::Unsupported;
@@ -802,13 +828,13 @@ fn expr(sy: &mut Symbols, e: &ast::Expr<'_>) -> Ex {
                 "string" => (FilterKind::String, 0),
                 "lower" => (FilterKind::Lower, 0),
                 "upper" => (FilterKind::Upper, 0),
-                "default" | "d" => (FilterKind::Default, 1),
+                "default" | "d" => (FilterKind::Default, 2),
                 "first" => (FilterKind::First, 0),
                 "list" => (FilterKind::List, 0),
                 "last" => (FilterKind::Last, 0),
                 "capitalize" => (FilterKind::Capitalize, 0),
                 "title" => (FilterKind::Title, 0),
-                "tojson" => (FilterKind::ToJson, 0),
+                "int" => (FilterKind::Int, 0),
                 _ => return Ex::Unsupported,
             };
             if args.len() > max_args {
@@ -2202,20 +2228,47 @@ impl<'a> Machine<'a, '_> {
                 }
                 _ => return Err(Bail),
             },
-            FilterKind::ToJson => {
-                let json = crate::chat::tojson_default(&json_value(&v, 0)?).map_err(|_| Bail)?;
+            FilterKind::ToJson | FilterKind::ToJsonAscii => {
+                let ascii = matches!(kind, FilterKind::ToJsonAscii);
+                let json =
+                    crate::chat::tojson_default(&json_value(&v, 0)?, ascii).map_err(|_| Bail)?;
                 V::Str(S::O(Rc::from(json)))
             }
+            FilterKind::Int => match v {
+                V::Int(i) => V::Int(i),
+                V::Bool(b) => V::Int(i64::from(b)),
+                // plain decimal digits; Python also takes spaces, `_`, floats, other digits
+                V::Str(s)
+                    if !s.as_str().is_empty()
+                        && s.as_str()
+                            .trim_start_matches(['+', '-'])
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                        && s.as_str().len() - s.as_str().trim_start_matches(['+', '-']).len()
+                            <= 1 =>
+                {
+                    V::Int(s.as_str().parse::<i64>().map_err(|_| Bail)?)
+                }
+                _ => return Err(Bail),
+            },
             FilterKind::Capitalize => recase(&v, py_capitalize)?,
             FilterKind::Title => recase(&v, jinja_title)?,
-            FilterKind::Default => match v {
-                V::Undef => match args.first() {
-                    Some(e) => self.eval(e)?,
-                    None => V::Str(S::B("")),
-                },
-                V::Poison => return Err(Bail),
-                v => v,
-            },
+            FilterKind::Default => {
+                // `default(value, boolean)`: with a true `boolean`, a false value is replaced too
+                let replace = match (&v, args.get(1)) {
+                    (V::Poison, _) => return Err(Bail),
+                    (V::Undef, _) => true,
+                    (_, Some(boolean)) => self.eval_bool(boolean)? && !v.truthy()?,
+                    (_, None) => false,
+                };
+                if !replace {
+                    v
+                } else if let Some(e) = args.first() {
+                    self.eval(e)?
+                } else {
+                    V::Str(S::B(""))
+                }
+            }
             FilterKind::First | FilterKind::Last => match v {
                 V::Msgs(m) => {
                     let item = if matches!(kind, FilterKind::First) {
@@ -2351,6 +2404,12 @@ fn add<'a>(left: &V<'a>, right: &V<'a>) -> R<V<'a>> {
     if let (Some(x), Some(y)) = (left.num(), right.num()) {
         return Ok(V::Int(x.checked_add(y).ok_or(Bail)?));
     }
+    // lists (the conversation is one: a tuple conversation never takes the fast path)
+    if let (Some(x), Some(y)) = (list_items(left), list_items(right)) {
+        let mut items = x;
+        items.extend(y);
+        return Ok(V::List(Rc::new(items)));
+    }
     match (left.text(), right.text()) {
         (Some(x), Some(y)) => {
             let mut joined = String::with_capacity(x.len() + y.len());
@@ -2359,6 +2418,15 @@ fn add<'a>(left: &V<'a>, right: &V<'a>) -> R<V<'a>> {
             Ok(V::Str(S::O(Rc::from(joined))))
         }
         _ => Err(Bail),
+    }
+}
+
+/// The items of a list value (the messages, or a list the template made).
+fn list_items<'a>(v: &V<'a>) -> Option<Vec<V<'a>>> {
+    match v {
+        V::Msgs(m) => Some(m.iter().map(V::Msg).collect()),
+        V::List(l) => Some(l.as_ref().clone()),
+        _ => None,
     }
 }
 

@@ -314,7 +314,9 @@ trait Fields<'py> {
     fn end_message(&mut self, start: usize);
 }
 
-/// Reads a conversation: an exact list or tuple of exact dicts; `None` when it is not plain.
+/// Reads a conversation: an exact list of exact dicts; `None` when it is not plain. (A tuple
+/// goes to the full engine: in Jinja2 `messages + [...]` fails on one, and the fast path's
+/// messages are a list.)
 fn read_messages<'py>(into: &mut impl Fields<'py>, obj: &Bound<'py, PyAny>) -> Option<()> {
     let mut one = |item: Bound<'py, PyAny>| -> Option<()> {
         let d = item.cast_exact::<PyDict>().ok()?;
@@ -328,13 +330,10 @@ fn read_messages<'py>(into: &mut impl Fields<'py>, obj: &Bound<'py, PyAny>) -> O
         into.end_message(start);
         Some(())
     };
-    if let Ok(l) = obj.cast_exact::<PyList>() {
-        l.iter().try_for_each(&mut one)
-    } else if let Ok(t) = obj.cast_exact::<PyTuple>() {
-        t.iter().try_for_each(&mut one)
-    } else {
-        None
-    }
+    obj.cast_exact::<PyList>()
+        .ok()?
+        .iter()
+        .try_for_each(&mut one)
 }
 
 /// Reads the template variables (`(name, value)` pairs); `None` when one is not plain.
