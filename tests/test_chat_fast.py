@@ -270,8 +270,9 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
     ),
     "default_boolean": (
         "{{ '' | default('x', true) }}{{ '' | default('x') }}{{ none | default('n', true) }}"
-        "{{ 0 | default(5, true) }}{{ 'a' | default('b', true) }}{{ missing | default('m', false) }}"
-        "{{ messages[0].nope | default('q', true) }}{{ [] | default('e', true) }}",
+        "{{ 0 | default(5, true) }}{{ 'a' | default('b', true) }}"
+        "{{ missing | default('m', false) }}{{ messages[0].nope | default('q', true) }}"
+        "{{ [] | default('e', true) }}",
         True,
     ),
     "int_filter": ("{{ '12' | int }}{{ '-3' | int + 1 }}{{ true | int }}{{ 7 | int }}", True),
