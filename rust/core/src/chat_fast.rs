@@ -1,8 +1,9 @@
 //! A fast path for chat templates: a small tree-walking interpreter for the part of Jinja that
 //! chat templates spend their time in (loops over the messages, `if`, `set` and `{% set %}`
-//! blocks, namespaces, top-level macros, `range`, string concatenation, comparisons, item and
-//! attribute lookups, Python string methods, the common filters), working directly on borrowed
-//! message text and writing straight into one output buffer.
+//! blocks, namespaces, top-level macros, `range`, list and dict literals, string and list
+//! concatenation, comparisons, item and attribute lookups, Python string methods, the common
+//! filters, `tojson`), working directly on borrowed message text and writing straight into one
+//! output buffer.
 //!
 //! It is an accelerator, never a second source of truth. Anything it does not model exactly as
 //! Jinja2 under transformers does — an unsupported statement, filter or method, a value of
