@@ -2646,37 +2646,46 @@ mod tests {
         assert!(full.unwrap_err().contains("bad role"));
     }
 
+    /// Each template renders on the fast path, equal to the full engine and to `want`.
+    fn renders(cases: &[(&str, &str)]) {
+        for (src, want) in cases {
+            assert_eq!(fast_equal(src, &chat(), false), *want, "{src:?}");
+        }
+    }
+
     #[test]
     fn macros_render_on_the_fast_path() {
-        let src = "{%- macro item(m, sep=': ') -%}{{ m.role ~ sep ~ (m.content | trim) }}{%- endmacro -%}\
-            {%- macro all(ms) -%}{% set ns = namespace(n=0) %}{% for m in ms %}{% set ns.n = ns.n + 1 %}[{{ item(m, sep='=') }}]{% endfor %}#{{ ns.n }}{%- endmacro -%}\
-            {%- macro head() -%}{% if title is not defined %}{% set title = bos_token %}{% endif %}{{ title }}{%- endmacro -%}\
-            {{ head() }}{{ item(messages[0]) }}|{{ all(messages[1:]) }}|{{ loop_free }}";
-        assert_eq!(
-            fast_equal(src, &chat(), false),
-            "<s>system: Be brief.|[user=Hi ☃][assistant=Hello.][user=Hi ☃]#3|"
-        );
-        let neighbours = "{% for m in messages %}{{ loop.previtem.role if loop.previtem is defined else '^' }}<{{ loop.nextitem.turn if loop.nextitem is defined else '$' }};{% endfor %}";
-        assert_eq!(
-            fast_equal(neighbours, &chat(), false),
-            "^<;system<2;user<;assistant<$;"
-        );
+        renders(&[
+            (
+                "{%- macro item(m, sep=': ') -%}{{ m.role ~ sep ~ (m.content | trim) }}{%- endmacro -%}\
+                {%- macro all(ms) -%}{% set ns = namespace(n=0) %}{% for m in ms %}{% set ns.n = ns.n + 1 %}[{{ item(m, sep='=') }}]{% endfor %}#{{ ns.n }}{%- endmacro -%}\
+                {%- macro head() -%}{% if title is not defined %}{% set title = bos_token %}{% endif %}{{ title }}{%- endmacro -%}\
+                {{ head() }}{{ item(messages[0]) }}|{{ all(messages[1:]) }}|{{ loop_free }}",
+                "<s>system: Be brief.|[user=Hi ☃][assistant=Hello.][user=Hi ☃]#3|",
+            ),
+            (
+                "{% for m in messages %}{{ loop.previtem.role if loop.previtem is defined else '^' }}<{{ loop.nextitem.turn if loop.nextitem is defined else '$' }};{% endfor %}",
+                "^<;system<2;user<;assistant<$;",
+            ),
+        ]);
     }
 
     #[test]
     fn ranges_blocks_and_case_methods() {
-        let src = "{% for i in range(messages | length - 1, -1, -2) %}{{ i }}{% endfor %}|{{ range(3, 10, 4) | join(',') }}|{% set b %}{% for m in messages %}{{ m.role | capitalize }}{% endfor %}{% endset %}{{ b }}{{ b | length }}|{{ 'x-ray o\\'k' | title }}/{{ \"x-ray o'k\".title() }}";
-        assert_eq!(
-            fast_equal(src, &chat(), false),
-            "31|3,7|SystemUserAssistantUser23|X-Ray O'k/X-Ray O'K"
-        );
-        let json = "{{ messages[1] | tojson }}|{{ messages[2:] | tojson }}|{{ [1, none, true, 'a\"b'] | tojson }}|{{ messages[0].content | tojson }}";
-        assert_eq!(
-            fast_equal(json, &chat(), false),
-            "{\"role\": \"user\", \"content\": \"Hi ☃\"}|[{\"role\": \"assistant\", \"content\": \"Hello.\", \"turn\": 2}, {\"role\": \"user\", \"content\": \"Hi ☃\"}]|[1, null, true, \"a\\\"b\"]|\"  Be brief.\\n\""
-        );
-        let dicts = "{% set tag = {'system': 'S', 'user': 'U', 'assistant': 'A', 'system': 's'} %}{% for m in messages %}{{ tag[m.role] }}{{ tag.get(m.role ~ 'x', '-') }}{% endfor %}|{{ tag | length }}{{ 'user' in tag }}{{ {'role': 'user', 'content': 'Hi ☃'} == messages[1] }}";
-        assert_eq!(fast_equal(dicts, &chat(), false), "s-U-A-U-|3TrueTrue");
+        renders(&[
+            (
+                "{% for i in range(messages | length - 1, -1, -2) %}{{ i }}{% endfor %}|{{ range(3, 10, 4) | join(',') }}|{% set b %}{% for m in messages %}{{ m.role | capitalize }}{% endfor %}{% endset %}{{ b }}{{ b | length }}|{{ 'x-ray o\\'k' | title }}/{{ \"x-ray o'k\".title() }}",
+                "31|3,7|SystemUserAssistantUser23|X-Ray O'k/X-Ray O'K",
+            ),
+            (
+                "{{ messages[1] | tojson }}|{{ messages[2:] | tojson }}|{{ [1, none, true, 'a\"b'] | tojson }}|{{ messages[0].content | tojson }}",
+                "{\"role\": \"user\", \"content\": \"Hi ☃\"}|[{\"role\": \"assistant\", \"content\": \"Hello.\", \"turn\": 2}, {\"role\": \"user\", \"content\": \"Hi ☃\"}]|[1, null, true, \"a\\\"b\"]|\"  Be brief.\\n\"",
+            ),
+            (
+                "{% set tag = {'system': 'S', 'user': 'U', 'assistant': 'A', 'system': 's'} %}{% for m in messages %}{{ tag[m.role] }}{{ tag.get(m.role ~ 'x', '-') }}{% endfor %}|{{ tag | length }}{{ 'user' in tag }}{{ {'role': 'user', 'content': 'Hi ☃'} == messages[1] }}",
+                "s-U-A-U-|3TrueTrue",
+            ),
+        ]);
         gives_up("{{ {'a': 1} }}", &chat());
         gives_up("{% set d = {'keys': 1} %}{{ d.keys }}", &chat());
         gives_up("{{ range(0, 5, 0) | length }}", &chat());
