@@ -91,30 +91,11 @@ REASONING_CASE = {
 }
 CASES = {**chat_corpus.CASES, "reasoning": REASONING_CASE}
 
-#: templates whose tool_use variant iterates ``tools`` unguarded: Jinja2 raises TypeError
-#: ("'NoneType' object is not iterable") without tools; minijinja iterates ``none`` as empty
-NONE_ITERATION = {
-    "CohereForAI-c4ai-command-r-plus-tool_use",
-    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
-}
-TOOL_CASES = {"tools", "tool_round"}
-
 
 def _params() -> list[Any]:
-    params = []
-    for name in TEMPLATES:
-        for case in CASES:
-            marks = []
-            if name in NONE_ITERATION and case not in TOOL_CASES:
-                marks.append(
-                    pytest.mark.xfail(
-                        reason="known difference: `for x in none` renders nothing in "
-                        "promptweave, Jinja2 raises TypeError",
-                        strict=True,
-                    )
-                )
-            params.append(pytest.param(name, case, id=f"{name}-{case}", marks=marks))
-    return params
+    # (the tool_use variants of Command R+ and Hermes-2-Pro iterate ``tools`` unguarded: without
+    # tools Jinja2 raises TypeError, and so do we -- the full engine guards every loop)
+    return [pytest.param(name, case, id=f"{name}-{case}") for name in TEMPLATES for case in CASES]
 
 
 def _require(reason: str) -> None:

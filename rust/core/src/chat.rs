@@ -19,6 +19,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use minijinja::machinery::ast;
 use minijinja::value::{Kwargs, Rest};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
@@ -126,6 +127,136 @@ fn syntax() -> Result<minijinja::syntax::SyntaxConfig, ChatError> {
         .map_err(|e| ChatError::Syntax(e.to_string()))
 }
 
+/// The function every `for` loop's iterable passes through in the full engine.
+const LOOP_GUARD: &str = "__promptweave_iterable";
+
+/// The source range an expression covers: the union of its own span and its parts' (a node's
+/// span starts at its operator or name, not at its left operand).
+fn extent(e: &ast::Expr<'_>) -> (u32, u32) {
+    fn args<'x>(a: &'x [ast::CallArg<'x>]) -> impl Iterator<Item = &'x ast::Expr<'x>> {
+        a.iter().map(|a| match a {
+            ast::CallArg::Pos(e)
+            | ast::CallArg::Kwarg(_, e)
+            | ast::CallArg::PosSplat(e)
+            | ast::CallArg::KwargSplat(e) => e,
+        })
+    }
+    let parts: Vec<&ast::Expr<'_>> = match e {
+        ast::Expr::Var(_) | ast::Expr::Const(_) => Vec::new(),
+        ast::Expr::Slice(x) => std::iter::once(&x.expr)
+            .chain(x.start.iter())
+            .chain(x.stop.iter())
+            .chain(x.step.iter())
+            .collect(),
+        ast::Expr::UnaryOp(x) => vec![&x.expr],
+        ast::Expr::BinOp(x) => vec![&x.left, &x.right],
+        ast::Expr::Compare(x) => std::iter::once(&x.expr)
+            .chain(x.ops.iter().map(|o| &o.expr))
+            .collect(),
+        ast::Expr::IfExpr(x) => [&x.test_expr, &x.true_expr]
+            .into_iter()
+            .chain(x.false_expr.iter())
+            .collect(),
+        ast::Expr::Filter(x) => x.expr.iter().chain(args(&x.args)).collect(),
+        ast::Expr::Test(x) => std::iter::once(&x.expr).chain(args(&x.args)).collect(),
+        ast::Expr::GetAttr(x) => vec![&x.expr],
+        ast::Expr::GetItem(x) => vec![&x.expr, &x.subscript_expr],
+        ast::Expr::Call(x) => std::iter::once(&x.expr).chain(args(&x.args)).collect(),
+        ast::Expr::List(x) => x.items.iter().collect(),
+        ast::Expr::Tuple(x) => x.items.iter().collect(),
+        ast::Expr::Map(x) => x.keys.iter().chain(x.values.iter()).collect(),
+    };
+    let span = e.span();
+    parts
+        .into_iter()
+        .map(extent)
+        .fold((span.start_offset, span.end_offset), |(a, b), (c, d)| {
+            (a.min(c), b.max(d))
+        })
+}
+
+/// Whether `text` opens and closes its brackets in order (a string literal with a bracket in
+/// it counts too: such a text is then left alone).
+fn balanced(text: &str) -> bool {
+    let mut stack = Vec::new();
+    for c in text.chars() {
+        match c {
+            '(' | '[' | '{' => stack.push(c),
+            ')' | ']' | '}' => {
+                let open = match c {
+                    ')' => '(',
+                    ']' => '[',
+                    _ => '{',
+                };
+                if stack.pop() != Some(open) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    stack.is_empty()
+}
+
+/// `source` with every `for` loop's iterable expression wrapped in [`LOOP_GUARD`] (so that
+/// iterating `None` fails as in Jinja2), found through the parse tree. A loop whose iterable's
+/// text is not a whole, bracket-balanced expression (one in parentheses, say) is left as it is;
+/// so is the whole source when it does not parse (the compile error is reported from it) or
+/// the wrapped text would not parse.
+fn guard_loops(source: &str) -> String {
+    fn collect(s: &ast::Stmt<'_>, out: &mut Vec<(usize, usize)>) {
+        let bodies: Vec<&[ast::Stmt<'_>]> = match s {
+            ast::Stmt::Template(t) => vec![&t.children],
+            ast::Stmt::ForLoop(f) => {
+                let (a, b) = extent(&f.iter);
+                if let (Ok(a), Ok(b)) = (usize::try_from(a), usize::try_from(b)) {
+                    out.push((a, b));
+                }
+                vec![&f.body, &f.else_body]
+            }
+            ast::Stmt::IfCond(c) => vec![&c.true_body, &c.false_body],
+            ast::Stmt::WithBlock(w) => vec![&w.body],
+            ast::Stmt::SetBlock(b) => vec![&b.body],
+            ast::Stmt::AutoEscape(a) => vec![&a.body],
+            ast::Stmt::FilterBlock(f) => vec![&f.body],
+            ast::Stmt::Block(b) => vec![&b.body],
+            ast::Stmt::Macro(m) => vec![&m.body],
+            ast::Stmt::CallBlock(c) => vec![&c.macro_decl.body],
+            _ => Vec::new(),
+        };
+        for body in bodies {
+            for child in body {
+                collect(child, out);
+            }
+        }
+    }
+    let Ok(config) = syntax() else {
+        return source.to_owned();
+    };
+    let Ok(tree) = minijinja::machinery::parse(source, TEMPLATE_NAME, config.clone()) else {
+        return source.to_owned();
+    };
+    let mut spans = Vec::new();
+    collect(&tree, &mut spans);
+    // from the end, so that earlier offsets stay valid (iterables never nest)
+    spans.sort_unstable_by(|a, b| b.cmp(a));
+    let mut out = source.to_owned();
+    for (a, b) in spans {
+        let Some(text) = source.get(a..b) else {
+            return source.to_owned();
+        };
+        if !balanced(text) {
+            continue;
+        }
+        out.insert(b, ')');
+        out.insert_str(a, &format!("{LOOP_GUARD}("));
+    }
+    if minijinja::machinery::parse(&out, TEMPLATE_NAME, config).is_err() {
+        return source.to_owned();
+    }
+    out
+}
+
 impl ChatTemplate {
     /// Compiles `source` as transformers would.
     pub fn compile(source: &str) -> Result<Self, ChatError> {
@@ -159,11 +290,21 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, text.clone()).with_source(Raised(text)))
         });
         env.add_function("strftime_now", strftime_now);
+        env.add_function(LOOP_GUARD, |v: Value| -> Result<Value, Error> {
+            if v.is_none() {
+                // Jinja2 (Python) refuses to iterate None; minijinja iterates it as empty
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "'NoneType' object is not iterable",
+                ));
+            }
+            Ok(v)
+        });
         let rewritten = rewrite_generation_tags(source);
         let fast = FastTemplate::compile(&rewritten, syntax()?)
             .filter(FastTemplate::is_useful)
             .map(Arc::new);
-        env.add_template_owned(TEMPLATE_NAME, rewritten)
+        env.add_template_owned(TEMPLATE_NAME, guard_loops(&rewritten))
             .map_err(|e| convert_error(&e))?;
         Ok(ChatTemplate {
             env: Arc::new(env),
@@ -1374,6 +1515,36 @@ mod tests {
     fn raise_exception_is_its_own_error() {
         let err = render("{{ raise_exception('no system role') }}", ctx(&[]));
         assert_eq!(err, Err(ChatError::Raised("no system role".into())));
+    }
+
+    #[test]
+    fn loops_over_none_fail_as_in_jinja2() {
+        // each loop's iterable is wrapped whole, whatever its shape
+        assert_eq!(
+            guard_loops(
+                "{% for m in messages | rejectattr('x') if m %}{% endfor %}{% for a, b in d.items() %}{% endfor %}"
+            ),
+            format!(
+                "{{% for m in {LOOP_GUARD}(messages | rejectattr('x')) if m %}}{{% endfor %}}{{% for a, b in {LOOP_GUARD}(d.items()) %}}{{% endfor %}}"
+            )
+        );
+        // an iterable that starts or ends inside brackets of its own is left alone
+        let parenthesized = "{% for x in (a or b) | list %}{% endfor %}";
+        assert_eq!(guard_loops(parenthesized), parenthesized);
+        let none = ctx(&[
+            ("t", Value::from(())),
+            ("u", Value::from(vec![Value::from(1)])),
+        ]);
+        let err = render("{% for x in t %}{{ x }}{% endfor %}", none.clone()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("'NoneType' object is not iterable"),
+            "{err}"
+        );
+        assert_eq!(
+            render("{% for x in u %}{{ x }}{% endfor %}{% for x in missing %}{{ x }}{% endfor %}{% for x in (t or u) %}{{ x }}{% endfor %}", none).as_deref(),
+            Ok("11")
+        );
     }
 
     #[test]
