@@ -288,6 +288,19 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         "{{ messages[1] | tojson(true) }}",
         True,
     ),
+    "string_iteration": (
+        "{% for m in messages %}{% for c in m.content %}{% if c['type'] == 'image' %}I"
+        "{% elif c.type == 'text' %}{{ c.text }}{% endif %}{{ c if loop.index0 < 2 }}"
+        "{% endfor %};{% for p in m.content | selectattr('type', 'equalto', 'text') %}"
+        "{{ p['text'] }}{% endfor %}{{ m.content | rejectattr('type') | list | length }}|"
+        "{% endfor %}",
+        True,
+    ),
+    "string_method_attribute": ("{% for c in 'ab' %}{{ c.upper is defined }}{% endfor %}", False),
+    "selectattr_dict_method_name": (
+        "{{ messages | selectattr('items') | list | length }}",
+        False,
+    ),
     "loop_neighbours": (
         "{% for m in messages if m.role != 'system' %}"
         "{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ m.role }}>"
@@ -303,6 +316,10 @@ FULL_ENGINE_GAPS = {
     "minijinja: 'too many arguments' where Jinja2 renders",
     "set_block_with_assignment": "a `set` inside a `{% set x %}` block is local to the block "
     "in Jinja2; minijinja keeps it after the block",
+    "string_method_attribute": "`'a'.upper` is a bound method in Jinja2 (defined); minijinja "
+    "has no attributes on strings (undefined)",
+    "selectattr_dict_method_name": "Jinja2's selectattr falls back to the attribute (a dict's "
+    "`items` method, true) when the key is missing; minijinja does not",
 }
 
 

@@ -1254,6 +1254,84 @@ fn field<'a>(m: &'a Message<'a>, key: &str) -> R<V<'a>> {
     dict_item(DictRef::Msg(m), key)
 }
 
+/// Python's `str` attributes (its methods): looking one up on a string gives a bound method.
+const STR_ATTRS: [&str; 47] = [
+    "capitalize",
+    "casefold",
+    "center",
+    "count",
+    "encode",
+    "endswith",
+    "expandtabs",
+    "find",
+    "format",
+    "format_map",
+    "index",
+    "isalnum",
+    "isalpha",
+    "isascii",
+    "isdecimal",
+    "isdigit",
+    "isidentifier",
+    "islower",
+    "isnumeric",
+    "isprintable",
+    "isspace",
+    "istitle",
+    "isupper",
+    "join",
+    "ljust",
+    "lower",
+    "lstrip",
+    "maketrans",
+    "partition",
+    "removeprefix",
+    "removesuffix",
+    "replace",
+    "rfind",
+    "rindex",
+    "rjust",
+    "rpartition",
+    "rsplit",
+    "rstrip",
+    "split",
+    "splitlines",
+    "startswith",
+    "strip",
+    "swapcase",
+    "title",
+    "translate",
+    "upper",
+    "zfill",
+];
+
+/// `x[key]` / `x.key` with a string key, as Jinja2 looks it up: a dict's value (or undefined),
+/// and undefined on a string -- where the name is no attribute of `str` (a string has no
+/// items by name). Anything else gives up.
+fn member<'a>(x: &V<'a>, key: &str) -> R<V<'a>> {
+    match x {
+        V::Msg(m) => field(m, key),
+        V::Dict(d) => dict_item(DictRef::Made(d), key),
+        V::Str(_) if key.starts_with('_') || STR_ATTRS.contains(&key) => Err(Bail),
+        V::Str(_) => Ok(V::Undef),
+        _ => Err(Bail),
+    }
+}
+
+/// The characters of a string, each a string (iterating a string in Jinja2).
+fn chars<'a>(s: &S<'a>) -> Vec<V<'a>> {
+    match s {
+        S::B(text) => text
+            .char_indices()
+            .map(|(i, c)| V::Str(S::B(&text[i..i + c.len_utf8()])))
+            .collect(),
+        S::O(text) => text
+            .chars()
+            .map(|c| V::Str(S::O(Rc::from(c.to_string()))))
+            .collect(),
+    }
+}
+
 /// `d[key]`: the value, or undefined -- unless the dict has an attribute of that name (a
 /// method), which Jinja2 would give instead.
 fn dict_item<'a>(d: DictRef<'_, 'a>, key: &str) -> R<V<'a>> {
@@ -1722,6 +1800,7 @@ impl<'a> Machine<'a, '_> {
             V::Msgs(m) => m.iter().map(V::Msg).collect(),
             V::List(l) => l.as_ref().clone(),
             V::Gen(g) => g.take()?.to_vec(),
+            V::Str(s) => chars(&s),
             // iterating an undefined value yields nothing in Jinja2
             V::Undef => Vec::new(),
             _ => return Err(Bail),
@@ -1823,11 +1902,7 @@ impl<'a> Machine<'a, '_> {
             Ex::Var(name) => self.lookup(*name)?,
             Ex::Macro(index) => V::Macro(*index),
             Ex::CallMacro(name, pos, kw) => self.call_macro(*name, pos, kw)?,
-            Ex::Field(target, key) => match self.eval(target)? {
-                V::Msg(m) => field(m, key)?,
-                V::Dict(d) => dict_item(DictRef::Made(&d), key)?,
-                _ => return Err(Bail),
-            },
+            Ex::Field(target, key) => member(&self.eval(target)?, key)?,
             Ex::Item(target, key) => {
                 let target = self.eval(target)?;
                 let key = self.eval(key)?;
@@ -1839,8 +1914,7 @@ impl<'a> Machine<'a, '_> {
                         },
                         _ => return Err(Bail),
                     },
-                    (V::Msg(m), V::Str(k)) => field(m, k.as_str())?,
-                    (V::Dict(d), V::Str(k)) => dict_item(DictRef::Made(d), k.as_str())?,
+                    (V::Msg(_) | V::Dict(_) | V::Str(_), V::Str(k)) => member(&target, k.as_str())?,
                     (V::Str(s), V::Int(i)) => {
                         let s = s.as_str();
                         let len = if s.is_ascii() {
@@ -1869,8 +1943,7 @@ impl<'a> Machine<'a, '_> {
                 V::Msg(_) | V::Dict(_) if DICT_ATTRS.contains(&name.as_str()) => {
                     return Err(Bail);
                 }
-                V::Msg(m) => field(m, name)?,
-                V::Dict(d) => dict_item(DictRef::Made(&d), name)?,
+                v @ (V::Msg(_) | V::Dict(_) | V::Str(_)) => member(&v, name)?,
                 V::Loop { index0, items } => match name.as_str() {
                     // the neighbours: undefined at the ends, as in Jinja2
                     "previtem" => index0
@@ -2118,6 +2191,7 @@ impl<'a> Machine<'a, '_> {
                     V::Msgs(m) => m.iter().map(V::Msg).collect(),
                     V::List(l) => l.as_ref().clone(),
                     V::Gen(g) => g.take()?.to_vec(),
+                    V::Str(s) => chars(&s),
                     _ => return Err(Bail),
                 };
                 let arg = match arg {
@@ -2126,13 +2200,8 @@ impl<'a> Machine<'a, '_> {
                 };
                 let mut kept = Vec::with_capacity(items.len());
                 for item in items {
-                    let V::Msg(m) = &item else {
-                        return Err(Bail);
-                    };
-                    let value = match m.get(attr) {
-                        Some(s) => V::from_scalar(s),
-                        None => V::Undef,
-                    };
+                    // Jinja2 looks the attribute up as an item first (`item[attr]`)
+                    let value = member(&item, attr)?;
                     let pass = match test {
                         None => value.truthy()?,
                         Some(SelectTest::EqualTo) => equal(&value, arg.as_ref().ok_or(Bail)?)?,
@@ -2685,7 +2754,12 @@ mod tests {
                 "{% set tag = {'system': 'S', 'user': 'U', 'assistant': 'A', 'system': 's'} %}{% for m in messages %}{{ tag[m.role] }}{{ tag.get(m.role ~ 'x', '-') }}{% endfor %}|{{ tag | length }}{{ 'user' in tag }}{{ {'role': 'user', 'content': 'Hi ☃'} == messages[1] }}",
                 "s-U-A-U-|3TrueTrue",
             ),
+            (
+                "{% for c in messages[1].content %}[{{ c['type'] }}{{ c.text }}{{ c }}]{% endfor %}{{ messages[1].content | selectattr('type') | list | length }}",
+                "[H][i][ ][☃]0",
+            ),
         ]);
+        gives_up("{% for c in 'ab' %}{{ c.upper }}{% endfor %}", &chat());
         gives_up("{{ {'a': 1} }}", &chat());
         gives_up("{% set d = {'keys': 1} %}{{ d.keys }}", &chat());
         gives_up("{{ range(0, 5, 0) | length }}", &chat());
