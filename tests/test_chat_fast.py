@@ -296,6 +296,12 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         "{% endfor %}",
         True,
     ),
+    "string_slices": (
+        "{% set s = messages[1].content %}{{ s[:3] }}|{{ s[2:] }}|{{ s[-4:-1] }}|{{ s[::-1] }}|"
+        "{{ s[1:8:2] }}|[{{ s[5:2] }}]|{{ 'é☃x'[1:] }}{{ 'é☃x'[::-1] }}{{ 'é☃xyz'[-2:] }}|"
+        "{{ s[:100] | length }}{{ s[-100:2] }}",
+        True,
+    ),
     "string_method_attribute": ("{% for c in 'ab' %}{{ c.upper is defined }}{% endfor %}", False),
     "selectattr_dict_method_name": (
         "{{ messages | selectattr('items') | list | length }}",

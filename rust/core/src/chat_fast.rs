@@ -1318,6 +1318,36 @@ fn member<'a>(x: &V<'a>, key: &str) -> R<V<'a>> {
     }
 }
 
+/// Python's `s[start:stop:stride]`, by characters (a contiguous ASCII or borrowed slice is not
+/// copied).
+fn slice_str<'a>(text: &S<'a>, start: Option<i64>, stop: Option<i64>, stride: i64) -> R<V<'a>> {
+    let s = text.as_str();
+    // the byte offset of each character, and the end
+    let offsets: Vec<usize> = if s.is_ascii() {
+        (0..=s.len()).collect()
+    } else {
+        s.char_indices()
+            .map(|(i, _)| i)
+            .chain(std::iter::once(s.len()))
+            .collect()
+    };
+    let count = offsets.len() - 1;
+    if stride == 1 {
+        let a = slice_bound(start, count, 0)?;
+        let b = slice_bound(stop, count, count)?.max(a);
+        let (from, to) = (offsets[a], offsets[b]);
+        return Ok(V::Str(match text {
+            S::B(t) => S::B(&t[from..to]),
+            S::O(t) => S::O(Rc::from(&t[from..to])),
+        }));
+    }
+    let mut out = String::new();
+    for i in slice_indices(count, start, stop, stride)? {
+        out.push_str(&s[offsets[i]..offsets[i + 1]]);
+    }
+    Ok(V::Str(S::O(Rc::from(out))))
+}
+
 /// The characters of a string, each a string (iterating a string in Jinja2).
 fn chars<'a>(s: &S<'a>) -> Vec<V<'a>> {
     match s {
@@ -1999,6 +2029,7 @@ impl<'a> Machine<'a, '_> {
                             .map(|i| l[i].clone())
                             .collect(),
                     )),
+                    V::Str(text) => slice_str(&text, start, stop, stride)?,
                     _ => return Err(Bail),
                 }
             }
@@ -2757,6 +2788,10 @@ mod tests {
             (
                 "{% for c in messages[1].content %}[{{ c['type'] }}{{ c.text }}{{ c }}]{% endfor %}{{ messages[1].content | selectattr('type') | list | length }}",
                 "[H][i][ ][☃]0",
+            ),
+            (
+                "{% set s = messages[1].content %}{{ s[:2] }}|{{ s[-1:] }}|{{ s[::-1] }}|{{ s[1::2] }}|[{{ s[3:1] }}]",
+                "Hi|☃|☃ iH|i☃|[]",
             ),
         ]);
         gives_up("{% for c in 'ab' %}{{ c.upper }}{% endfor %}", &chat());
