@@ -360,13 +360,12 @@ impl FastTemplate {
             .map(|n| GLOBALS.contains(&n.as_str()))
             .collect();
         let mut macros = sy.macros;
-        // how many bindings each name has: in the top level, in each macro, in all
+        // how many bindings each name has: in each macro, and in all (the top level included)
         let names = sy.names.len();
-        let mut top = vec![0u32; names];
-        count_bindings(&nodes, &mut top);
-        let mut per_macro = Vec::with_capacity(macros.len());
-        let mut total = top.clone();
+        let mut total = vec![0u32; names];
+        count_bindings(&nodes, &mut total);
         bump(&mut total, LOOP);
+        let mut per_macro = Vec::with_capacity(macros.len());
         for m in &macros {
             // (parameters are local to their macro: they bind nothing elsewhere)
             let mut own = vec![0u32; names];
@@ -618,14 +617,32 @@ fn macro_def(sy: &mut Symbols, m: &ast::Macro<'_>) -> usize {
     sy.macros.len() - 1
 }
 
-/// Whether `nodes` assign anything (`set`, `set ns.x`), at any depth.
+/// Calls `f` on every statement of `nodes`, at any depth of `if` and `for` bodies (not inside
+/// macro bodies or captured blocks, which are expressions).
+fn visit(nodes: &[Node], f: &mut impl FnMut(&Node)) {
+    for n in nodes {
+        f(n);
+        match n {
+            Node::If(_, a, b) => {
+                visit(a, f);
+                visit(b, f);
+            }
+            Node::For(l) => {
+                visit(&l.body, f);
+                visit(&l.else_body, f);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether `nodes` assign anything (`set`, `set ns.x`) or hold what is not modelled.
 fn assigns(nodes: &[Node]) -> bool {
-    nodes.iter().any(|n| match n {
-        Node::Set(..) | Node::SetAttr(..) | Node::Unsupported => true,
-        Node::If(_, a, b) => assigns(a) || assigns(b),
-        Node::For(f) => assigns(&f.body) || assigns(&f.else_body),
-        _ => false,
-    })
+    let mut any = false;
+    visit(nodes, &mut |n| {
+        any |= matches!(n, Node::Set(..) | Node::SetAttr(..) | Node::Unsupported);
+    });
+    any
 }
 
 fn bump(counts: &mut [u32], id: u32) {
@@ -637,40 +654,23 @@ fn bump(counts: &mut [u32], id: u32) {
 /// Counts the bindings in `nodes` per name (`set` targets, macro names, loop variables; not
 /// inside macro bodies).
 fn count_bindings(nodes: &[Node], counts: &mut [u32]) {
-    for n in nodes {
-        match n {
-            Node::Set(name, _) => bump(counts, *name),
-            Node::If(_, a, b) => {
-                count_bindings(a, counts);
-                count_bindings(b, counts);
-            }
-            Node::For(f) => {
-                bump(counts, f.target);
-                count_bindings(&f.body, counts);
-                count_bindings(&f.else_body, counts);
-            }
-            _ => {}
-        }
-    }
+    visit(nodes, &mut |n| match n {
+        Node::Set(name, _) => bump(counts, *name),
+        Node::For(f) => bump(counts, f.target),
+        _ => {}
+    });
 }
 
 /// The names assigned by `set` in a loop body (nested loops included: their own assignments
 /// never leak out of them, but listing them too only makes the fast path more careful).
 fn collect_assigned(nodes: &[Node], out: &mut Vec<u32>) {
-    for n in nodes {
-        match n {
-            Node::Set(name, _) if !out.contains(name) => out.push(*name),
-            Node::If(_, a, b) => {
-                collect_assigned(a, out);
-                collect_assigned(b, out);
+    visit(nodes, &mut |n| {
+        if let Node::Set(name, _) = n {
+            if !out.contains(name) {
+                out.push(*name);
             }
-            Node::For(f) => {
-                collect_assigned(&f.body, out);
-                collect_assigned(&f.else_body, out);
-            }
-            _ => {}
         }
-    }
+    });
 }
 
 fn const_of(v: &Value) -> Ex {
