@@ -292,7 +292,8 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         "{% for m in messages %}{% for c in m.content %}{% if c['type'] == 'image' %}I"
         "{% elif c.type == 'text' %}{{ c.text }}{% endif %}{{ c if loop.index0 < 2 }}"
         "{% endfor %};{% for p in m.content | selectattr('type', 'equalto', 'text') %}"
-        "{{ p['text'] }}{% endfor %}{{ m.content | rejectattr('type') | list | length }}|"
+        "{{ p['text'] }}{% endfor %}{{ m.content | rejectattr('type') | list | length }}"
+        "{{ (m.content | list)[:2] | join('.') }}|"
         "{% endfor %}",
         True,
     ),

@@ -1827,13 +1827,9 @@ impl<'a> Machine<'a, '_> {
 
     fn for_loop(&mut self, f: &'a ForNode) -> R<()> {
         let items: Vec<V<'a>> = match self.eval(&f.iter)? {
-            V::Msgs(m) => m.iter().map(V::Msg).collect(),
-            V::List(l) => l.as_ref().clone(),
-            V::Gen(g) => g.take()?.to_vec(),
-            V::Str(s) => chars(&s),
             // iterating an undefined value yields nothing in Jinja2
             V::Undef => Vec::new(),
-            _ => return Err(Bail),
+            v => iterate(&v)?,
         };
         let base = self.scope.len();
         let items = match &f.filter {
@@ -2218,13 +2214,7 @@ impl<'a> Machine<'a, '_> {
                 V::Str(S::O(Rc::from(text)))
             }
             Ex::SelectAttr(select, target, attr, test, arg) => {
-                let items: Vec<V<'a>> = match self.eval(target)? {
-                    V::Msgs(m) => m.iter().map(V::Msg).collect(),
-                    V::List(l) => l.as_ref().clone(),
-                    V::Gen(g) => g.take()?.to_vec(),
-                    V::Str(s) => chars(&s),
-                    _ => return Err(Bail),
-                };
+                let items = iterate(&self.eval(target)?)?;
                 let arg = match arg {
                     Some(e) => Some(self.eval(e)?),
                     None => None,
@@ -2257,12 +2247,7 @@ impl<'a> Machine<'a, '_> {
     #[allow(clippy::too_many_lines)]
     fn filter(&mut self, kind: FilterKind, v: V<'a>, args: &'a [Ex]) -> R<V<'a>> {
         Ok(match kind {
-            FilterKind::List => match v {
-                V::Msgs(m) => V::List(Rc::new(m.iter().map(V::Msg).collect())),
-                V::List(l) => V::List(Rc::new(l.as_ref().clone())),
-                V::Gen(g) => V::List(Rc::new(g.take()?.to_vec())),
-                _ => return Err(Bail),
-            },
+            FilterKind::List => V::List(Rc::new(iterate(&v)?)),
             FilterKind::Join => {
                 let sep = match args.first() {
                     None => None,
@@ -2528,6 +2513,19 @@ fn list_items<'a>(v: &V<'a>) -> Option<Vec<V<'a>>> {
         V::Msgs(m) => Some(m.iter().map(V::Msg).collect()),
         V::List(l) => Some(l.as_ref().clone()),
         _ => None,
+    }
+}
+
+/// What iterating a value gives (a list's items, a generator's once, a string's characters);
+/// `Bail` for the rest.
+fn iterate<'a>(v: &V<'a>) -> R<Vec<V<'a>>> {
+    if let Some(items) = list_items(v) {
+        return Ok(items);
+    }
+    match v {
+        V::Gen(g) => Ok(g.take()?.to_vec()),
+        V::Str(s) => Ok(chars(s)),
+        _ => Err(Bail),
     }
 }
 
