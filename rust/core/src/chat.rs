@@ -976,7 +976,7 @@ fn float_to_int(f: f64) -> Result<Option<Value>, Error> {
 
 /// Python's `int(s, base)` for ASCII digits: surrounding whitespace, a sign, `_` between
 /// digits (`None` where Python raises, or for a value beyond 64 bits).
-fn py_int_str(s: &str, base: u32) -> Option<i64> {
+pub(crate) fn py_int_str(s: &str, base: u32) -> Option<i64> {
     if !(2..=36).contains(&base) {
         return None;
     }

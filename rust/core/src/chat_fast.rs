@@ -2323,18 +2323,9 @@ impl<'a> Machine<'a, '_> {
             FilterKind::Int => match v {
                 V::Int(i) => V::Int(i),
                 V::Bool(b) => V::Int(i64::from(b)),
-                // plain decimal digits; Python also takes spaces, `_`, floats, other digits
-                V::Str(s)
-                    if !s.as_str().is_empty()
-                        && s.as_str()
-                            .trim_start_matches(['+', '-'])
-                            .bytes()
-                            .all(|b| b.is_ascii_digit())
-                        && s.as_str().len() - s.as_str().trim_start_matches(['+', '-']).len()
-                            <= 1 =>
-                {
-                    V::Int(s.as_str().parse::<i64>().map_err(|_| Bail)?)
-                }
+                // a string Python's int() reads (the full engine's reading); one it would not
+                // (a float, the default) is left to the full engine
+                V::Str(s) => V::Int(crate::chat::py_int_str(s.as_str(), 10).ok_or(Bail)?),
                 _ => return Err(Bail),
             },
             FilterKind::Capitalize => recase(&v, py_capitalize)?,
