@@ -1531,6 +1531,7 @@ fn const_value(c: &Const) -> V<'_> {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Flow {
     Normal,
     Break,
@@ -1686,7 +1687,13 @@ impl<'a> Machine<'a, '_> {
         self.ns_floor = ns_floor;
         self.current = current;
         self.scope.truncate(base);
-        if !matches!(flow?, Flow::Normal) {
+        self.captured(start, flow?)
+    }
+
+    /// What a macro body or a `{% set %}` block wrote since `start` in the output, taken out of
+    /// it as a string value (`Bail` when it ended with a loop control: not modelled).
+    fn captured(&mut self, start: usize, flow: Flow) -> R<V<'a>> {
+        if !matches!(flow, Flow::Normal) {
             return Err(Bail);
         }
         let text: Rc<str> = Rc::from(self.out.get(start..).unwrap_or_default());
@@ -2195,12 +2202,7 @@ impl<'a> Machine<'a, '_> {
             Ex::Capture(body) => {
                 let start = self.out.len();
                 let flow = self.exec(body)?;
-                if !matches!(flow, Flow::Normal) {
-                    return Err(Bail);
-                }
-                let text: Rc<str> = Rc::from(self.out.get(start..).unwrap_or_default());
-                self.out.truncate(start);
-                V::Str(S::O(text))
+                self.captured(start, flow)?
             }
             Ex::StrftimeNow(id, format) => {
                 if self.bound(*id).is_some() {
