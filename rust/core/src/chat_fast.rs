@@ -1322,20 +1322,25 @@ fn member<'a>(x: &V<'a>, key: &str) -> R<V<'a>> {
 /// copied).
 fn slice_str<'a>(text: &S<'a>, start: Option<i64>, stop: Option<i64>, stride: i64) -> R<V<'a>> {
     let s = text.as_str();
-    // the byte offset of each character, and the end
+    // the byte offset of each character, and the end (an ASCII string's are its indices)
     let offsets: Vec<usize> = if s.is_ascii() {
-        (0..=s.len()).collect()
+        Vec::new()
     } else {
         s.char_indices()
             .map(|(i, _)| i)
             .chain(std::iter::once(s.len()))
             .collect()
     };
-    let count = offsets.len() - 1;
+    let at = |i: usize| offsets.get(i).copied().unwrap_or(i);
+    let count = if s.is_ascii() {
+        s.len()
+    } else {
+        offsets.len() - 1
+    };
     if stride == 1 {
         let a = slice_bound(start, count, 0)?;
         let b = slice_bound(stop, count, count)?.max(a);
-        let (from, to) = (offsets[a], offsets[b]);
+        let (from, to) = (at(a), at(b));
         return Ok(V::Str(match text {
             S::B(t) => S::B(&t[from..to]),
             S::O(t) => S::O(Rc::from(&t[from..to])),
@@ -1343,7 +1348,7 @@ fn slice_str<'a>(text: &S<'a>, start: Option<i64>, stop: Option<i64>, stride: i6
     }
     let mut out = String::new();
     for i in slice_indices(count, start, stop, stride)? {
-        out.push_str(&s[offsets[i]..offsets[i + 1]]);
+        out.push_str(&s[at(i)..at(i + 1)]);
     }
     Ok(V::Str(S::O(Rc::from(out))))
 }
