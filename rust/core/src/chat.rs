@@ -199,11 +199,10 @@ fn balanced(text: &str) -> bool {
 }
 
 /// `source` with every `for` loop's iterable expression wrapped in [`LOOP_GUARD`] (so that
-/// iterating `None` fails as in Jinja2), found through the parse tree. A loop whose iterable's
-/// text is not a whole, bracket-balanced expression (one in parentheses, say) is left as it is;
-/// so is the whole source when it does not parse (the compile error is reported from it) or
-/// the wrapped text would not parse.
-fn guard_loops(source: &str) -> String {
+/// iterating `None` fails as in Jinja2), found through its parse tree `tree`. A loop whose
+/// iterable's text is not a whole, bracket-balanced expression (one in parentheses, say) is
+/// left as it is; so is the whole source when the wrapped text would not parse.
+fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
     fn collect(s: &ast::Stmt<'_>, out: &mut Vec<(usize, usize)>) {
         let bodies: Vec<&[ast::Stmt<'_>]> = match s {
             ast::Stmt::Template(t) => vec![&t.children],
@@ -230,14 +229,11 @@ fn guard_loops(source: &str) -> String {
             }
         }
     }
-    let Ok(config) = syntax() else {
-        return source.to_owned();
-    };
-    let Ok(tree) = minijinja::machinery::parse(source, TEMPLATE_NAME, config.clone()) else {
-        return source.to_owned();
-    };
     let mut spans = Vec::new();
-    collect(&tree, &mut spans);
+    collect(tree, &mut spans);
+    if spans.is_empty() {
+        return source.to_owned();
+    }
     // from the end, so that earlier offsets stay valid (iterables never nest)
     spans.sort_unstable_by(|a, b| b.cmp(a));
     let mut out = source.to_owned();
@@ -251,10 +247,9 @@ fn guard_loops(source: &str) -> String {
         out.insert(b, ')');
         out.insert_str(a, &format!("{LOOP_GUARD}("));
     }
-    if minijinja::machinery::parse(&out, TEMPLATE_NAME, config).is_err() {
-        return source.to_owned();
-    }
-    out
+    let parses = syntax()
+        .is_ok_and(|config| minijinja::machinery::parse(&out, TEMPLATE_NAME, config).is_ok());
+    if parses { out } else { source.to_owned() }
 }
 
 impl ChatTemplate {
@@ -301,10 +296,19 @@ impl ChatTemplate {
             Ok(v)
         });
         let rewritten = rewrite_generation_tags(source);
-        let fast = FastTemplate::compile(&rewritten, syntax()?)
-            .filter(FastTemplate::is_useful)
-            .map(Arc::new);
-        env.add_template_owned(TEMPLATE_NAME, guard_loops(&rewritten))
+        // parsed once for the fast path and the loop guards; a source that does not parse
+        // goes to the full engine as it is, which reports why
+        let (fast, checked) =
+            match minijinja::machinery::parse(&rewritten, TEMPLATE_NAME, syntax()?) {
+                Ok(tree) => (
+                    FastTemplate::compile(&tree)
+                        .filter(FastTemplate::is_useful)
+                        .map(Arc::new),
+                    guard_loops(&rewritten, &tree),
+                ),
+                Err(_) => (None, rewritten),
+            };
+        env.add_template_owned(TEMPLATE_NAME, checked)
             .map_err(|e| convert_error(&e))?;
         Ok(ChatTemplate {
             env: Arc::new(env),
@@ -1517,11 +1521,16 @@ mod tests {
         assert_eq!(err, Err(ChatError::Raised("no system role".into())));
     }
 
+    fn guard(src: &str) -> String {
+        let tree = minijinja::machinery::parse(src, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        guard_loops(src, &tree)
+    }
+
     #[test]
     fn loops_over_none_fail_as_in_jinja2() {
         // each loop's iterable is wrapped whole, whatever its shape
         assert_eq!(
-            guard_loops(
+            guard(
                 "{% for m in messages | rejectattr('x') if m %}{% endfor %}{% for a, b in d.items() %}{% endfor %}"
             ),
             format!(
@@ -1530,7 +1539,7 @@ mod tests {
         );
         // an iterable that starts or ends inside brackets of its own is left alone
         let parenthesized = "{% for x in (a or b) | list %}{% endfor %}";
-        assert_eq!(guard_loops(parenthesized), parenthesized);
+        assert_eq!(guard(parenthesized), parenthesized);
         let none = ctx(&[
             ("t", Value::from(())),
             ("u", Value::from(vec![Value::from(1)])),

@@ -334,11 +334,10 @@ const NAMESPACE: u32 = 3;
 const PRESET: [&str; 4] = ["messages", "add_generation_prompt", "loop", "namespace"];
 
 impl FastTemplate {
-    /// Compiles `source` (already rewritten as the full engine compiles it) with `syntax`;
-    /// `None` when it does not parse (the full engine reports why).
-    pub fn compile(source: &str, syntax: minijinja::syntax::SyntaxConfig) -> Option<FastTemplate> {
-        let tree = minijinja::machinery::parse(source, "chat_template", syntax).ok()?;
-        let ast::Stmt::Template(t) = &tree else {
+    /// Compiles a template from its parse tree (of the source as the full engine compiles
+    /// it); `None` when the tree is not a template.
+    pub fn compile(tree: &ast::Stmt<'_>) -> Option<FastTemplate> {
+        let ast::Stmt::Template(t) = tree else {
             return None;
         };
         let mut sy = Symbols {
