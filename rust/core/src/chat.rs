@@ -1237,11 +1237,11 @@ fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
             Some(" ".repeat(usize::try_from(n).unwrap_or(0)))
         }
     };
-    let (item_sep, key_sep) = match separators.filter(|v| !v.is_none()) {
+    let separators = match separators.filter(|v| !v.is_none()) {
         Some(v) => {
             let parts: Vec<Value> = v.try_iter()?.collect();
             match parts.as_slice() {
-                [a, b] => (py_str(a), py_str(b)),
+                [a, b] => Some((py_str(a), py_str(b))),
                 _ => {
                     return Err(Error::new(
                         ErrorKind::InvalidOperation,
@@ -1250,33 +1250,21 @@ fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
                 }
             }
         }
-        None if indent.is_some() => (",".to_owned(), ": ".to_owned()),
-        None => (", ".to_owned(), ": ".to_owned()),
+        None => None,
     };
-    let opts = JsonOptions {
-        ensure_ascii: ensure_ascii.is_some_and(|v| v.is_true()),
+    JsonOptions::new(
+        ensure_ascii.is_some_and(|v| v.is_true()),
         indent,
-        item_sep,
-        key_sep,
-        sort_keys: sort_keys.is_some_and(|v| v.is_true()),
-    };
-    let mut out = String::new();
-    write_json(&mut out, value, &opts, 0)?;
-    Ok(Value::from(out))
+        separators,
+        sort_keys.is_some_and(|v| v.is_true()),
+    )
+    .dumps(value)
+    .map(Value::from)
 }
 
 /// `value | tojson(ensure_ascii=...)`, as transformers' filter gives it.
 pub fn tojson_default(value: &Value, ensure_ascii: bool) -> Result<String, Error> {
-    let opts = JsonOptions {
-        ensure_ascii,
-        indent: None,
-        item_sep: ", ".to_owned(),
-        key_sep: ": ".to_owned(),
-        sort_keys: false,
-    };
-    let mut out = String::new();
-    write_json(&mut out, value, &opts, 0)?;
-    Ok(out)
+    JsonOptions::new(ensure_ascii, None, None, false).dumps(value)
 }
 
 struct JsonOptions {
@@ -1285,6 +1273,35 @@ struct JsonOptions {
     item_sep: String,
     key_sep: String,
     sort_keys: bool,
+}
+
+impl JsonOptions {
+    /// `json.dumps`'s options; without `separators`, `(', ', ': ')`, or `(',', ': ')` with an
+    /// indent.
+    fn new(
+        ensure_ascii: bool,
+        indent: Option<String>,
+        separators: Option<(String, String)>,
+        sort_keys: bool,
+    ) -> Self {
+        let (item_sep, key_sep) = separators.unwrap_or_else(|| {
+            let item = if indent.is_some() { "," } else { ", " };
+            (item.to_owned(), ": ".to_owned())
+        });
+        JsonOptions {
+            ensure_ascii,
+            indent,
+            item_sep,
+            key_sep,
+            sort_keys,
+        }
+    }
+
+    fn dumps(&self, value: &Value) -> Result<String, Error> {
+        let mut out = String::new();
+        write_json(&mut out, value, self, 0)?;
+        Ok(out)
+    }
 }
 
 fn json_type_error(value: &Value) -> Error {
