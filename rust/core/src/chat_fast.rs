@@ -435,7 +435,8 @@ impl FastTemplate {
                 _ => 0,
             })
             .sum();
-        out.reserve(text + self.size_hint + 64);
+        // the messages' text, the template's own text and room for what a loop repeats of it
+        out.reserve(text + text / 4 + self.size_hint + 256);
         let mut machine = Machine {
             globals: &self.globals,
             bound_names: &self.bound,

@@ -251,8 +251,8 @@ impl Plain {
         })
     }
 
-    /// Adds a conversation of plain messages (an exact list or tuple of exact dicts with string
-    /// keys): its range of `messages`, or `None` (and nothing kept) when it is not plain.
+    /// Adds a conversation of plain messages (an exact list of exact dicts with string keys):
+    /// its range of `messages`, or `None` (and nothing kept) when it is not plain.
     fn conversation(&mut self, obj: &Bound<'_, PyAny>) -> Option<std::ops::Range<usize>> {
         let mark = self.mark();
         if read_messages(self, obj).is_none() {
@@ -604,14 +604,16 @@ impl PyChatTemplate {
         })
     }
 
-    /// One plain conversation on the fast path, its text borrowed from the Python objects
-    /// (the interpreter is held throughout): `None` when the input is not plain or the fast
-    /// path gives up, and the caller renders it the general way.
+    /// One plain conversation rendered from its text borrowed in place (the interpreter is
+    /// held throughout), as `render_chats` renders a plain one (the fast path, else the full
+    /// engine on the same values): `None` when the input is not plain (or the template has no
+    /// fast path), and the caller converts it the general way.
     fn render_borrowed(
         &self,
         messages: &Bound<'_, PyAny>,
         variables: &Bound<'_, PyAny>,
         add_generation_prompt: bool,
+        continue_final: Option<&str>,
     ) -> PyResult<Option<String>> {
         if !self.inner.has_fast_path() {
             return Ok(None);
@@ -638,15 +640,11 @@ impl PyChatTemplate {
             variables: &var_fields,
             add_generation_prompt,
         };
-        let input: usize = fields
-            .iter()
-            .map(|(_, v)| match v {
-                Scalar::Str(s) => s.len(),
-                _ => 8,
-            })
-            .sum();
-        let mut out = String::with_capacity(input + input / 4 + 256);
-        Ok(self.inner.try_fast(&ctx, &mut out).then_some(out))
+        let mut out = String::new();
+        self.inner
+            .render_plain(&ctx, continue_final, &mut out)
+            .map_err(|e| chat_err(e, None))?;
+        Ok(Some(out))
     }
 
     /// The variables and one conversation (unnumbered in errors).
@@ -738,10 +736,13 @@ impl PyChatTemplate {
         add_generation_prompt: bool,
         continue_final: Option<String>,
     ) -> PyResult<Bound<'py, PyString>> {
-        if continue_final.is_none() {
-            if let Some(out) = self.render_borrowed(messages, variables, add_generation_prompt)? {
-                return Ok(PyString::new(py, &out));
-            }
+        if let Some(out) = self.render_borrowed(
+            messages,
+            variables,
+            add_generation_prompt,
+            continue_final.as_deref(),
+        )? {
+            return Ok(PyString::new(py, &out));
         }
         let options = RenderOptions {
             add_generation_prompt,
