@@ -28,21 +28,6 @@ struct PartSpec<'py> {
     pieces: Vec<String>,
 }
 
-impl PartSpec<'_> {
-    fn fill(&self, payload: &str) -> String {
-        let len = self.pieces.iter().map(String::len).sum::<usize>()
-            + payload.len() * self.pieces.len().saturating_sub(1);
-        let mut out = String::with_capacity(len);
-        for (i, piece) in self.pieces.iter().enumerate() {
-            if i > 0 {
-                out.push_str(payload);
-            }
-            out.push_str(piece);
-        }
-        out
-    }
-}
-
 fn modality_index(m: Modality) -> usize {
     match m {
         Modality::Text => 0,
@@ -157,7 +142,7 @@ pub(crate) fn render_mm_rows<'py>(
                     s.clone()
                 }
                 _ => {
-                    let filled = spec.fill(&part.payload);
+                    let filled = spec.pieces.join(&*part.payload);
                     let s = PyString::new(py, &filled);
                     last[at] = Some((part.modality, part.payload.to_string(), s.clone()));
                     s
