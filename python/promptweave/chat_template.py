@@ -56,7 +56,7 @@ SPECIAL_TOKEN_NAMES = (
 DoubleBos = Literal["warn", "error", "ignore"]
 SystemHandling = Literal["keep", "merge", "auto"]
 
-#: conversation types ``render`` hands to the core as they are
+#: conversation types that are their own messages (no ``.messages`` to look up)
 _SEQUENCES = (list, tuple)
 
 
@@ -275,6 +275,19 @@ class ChatTemplate:
     def _variables(
         self, tools: Any, documents: Any, extra: Mapping[str, Any]
     ) -> list[tuple[str, Any]]:
+        if tools is None and documents is None and not extra:
+            # the usual call: the variables are remembered while special_tokens is unchanged
+            cached = self._variables_cache
+            if cached is not None and cached[0] == self.special_tokens:
+                return cached[1]
+            variables = self._make_variables(None, None, {})
+            self._variables_cache = (dict(self.special_tokens), variables)
+            return variables
+        return self._make_variables(tools, documents, extra)
+
+    def _make_variables(
+        self, tools: Any, documents: Any, extra: Mapping[str, Any]
+    ) -> list[tuple[str, Any]]:
         schemas: list[Any] | None = None
         if tools is not None:
             schemas = []
@@ -298,15 +311,6 @@ class ChatTemplate:
         variables["tools"] = schemas
         variables["documents"] = documents
         return list(variables.items())
-
-    def _plain_variables(self) -> list[tuple[str, Any]]:
-        """``_variables(None, None, {})``, remembered while ``special_tokens`` is unchanged."""
-        cached = self._variables_cache
-        if cached is not None and cached[0] == self.special_tokens:
-            return cached[1]
-        variables = self._variables(None, None, {})
-        self._variables_cache = (dict(self.special_tokens), variables)
-        return variables
 
     @staticmethod
     def _continue_field(
@@ -342,8 +346,10 @@ class ChatTemplate:
         return [{"role": "user", "content": system}, *rest]
 
     def _check_bos(self, rendered: str, index: int | None) -> None:
+        if not self.tokenizer_adds_bos or self.double_bos == "ignore":
+            return
         bos = self.special_tokens.get("bos_token")
-        if not (self.tokenizer_adds_bos and bos and self.double_bos != "ignore"):
+        if not bos:
             return
         if rendered.startswith(bos):
             where = "" if index is None else f"conversation {index}: "
@@ -359,7 +365,8 @@ class ChatTemplate:
     def _conversation(self, messages: Any, index: int | None) -> Any:
         """One conversation's messages (a ``Conversation``'s ``.messages``), checked non-empty
         and, with ``system='merge'``, its system message folded in."""
-        chat = getattr(messages, "messages", messages)
+        # (a list or tuple is the conversation itself: no attribute lookup that fails)
+        chat = messages if type(messages) in _SEQUENCES else getattr(messages, "messages", messages)
         if isinstance(chat, (list, tuple)) and len(chat) == 0:
             where = "" if index is None else f"conversation {index}: "
             raise ChatInputError(
@@ -403,24 +410,6 @@ class ChatTemplate:
 
         ``extra`` keyword arguments are template variables (they override special tokens).
         """
-        if (
-            chat_template is None
-            and tools is None
-            and documents is None
-            and not extra
-            and not continue_final_message
-            and self.system == "keep"
-            and not self._named
-            and type(messages) in _SEQUENCES
-            and messages
-        ):
-            # the common call (one plain conversation, default template): the same steps as
-            # below with nothing to check, and the variables made once per special-token set
-            compiled = self._compile(self._default_source)  # type: ignore[arg-type]
-            out = compiled.render(messages, self._plain_variables(), add_generation_prompt, None)
-            if self.tokenizer_adds_bos and self.double_bos != "ignore":
-                self._check_bos(out, None)
-            return out
         # transformers' order of checks: template, empty chat, continue, tools and documents
         compiled = self._select(chat_template, tools)
         chat = self._conversation(messages, None)
