@@ -1250,10 +1250,6 @@ const DICT_ATTRS: [&str; 11] = [
     "values",
 ];
 
-fn field<'a>(m: &'a Message<'a>, key: &str) -> R<V<'a>> {
-    dict_item(DictRef::Msg(m), key)
-}
-
 /// Python's `str` attributes (its methods): looking one up on a string gives a bound method.
 const STR_ATTRS: [&str; 47] = [
     "capitalize",
@@ -1310,7 +1306,7 @@ const STR_ATTRS: [&str; 47] = [
 /// items by name). Anything else gives up.
 fn member<'a>(x: &V<'a>, key: &str) -> R<V<'a>> {
     match x {
-        V::Msg(m) => field(m, key),
+        V::Msg(m) => dict_item(DictRef::Msg(m), key),
         V::Dict(d) => dict_item(DictRef::Made(d), key),
         V::Str(_) if key.starts_with('_') || STR_ATTRS.contains(&key) => Err(Bail),
         V::Str(_) => Ok(V::Undef),
