@@ -398,6 +398,19 @@ impl<'py> Borrowed<'py> {
     }
 }
 
+/// The messages over `fields`, one per range of it.
+fn message_views<'f>(
+    fields: &'f [(&'f str, Scalar<'f>)],
+    ranges: &[(usize, usize)],
+) -> Vec<FastMessage<'f>> {
+    ranges
+        .iter()
+        .map(|&(a, b)| FastMessage {
+            fields: fields.get(a..b).unwrap_or_default(),
+        })
+        .collect()
+}
+
 /// One conversation ready for rendering: plain messages (a range of the block's messages) or
 /// template values (anything else).
 enum Chat {
@@ -628,13 +641,7 @@ impl PyChatTemplate {
         let (Some(fields), Some(var_fields)) = (conv.view(), vars.view()) else {
             return Ok(None);
         };
-        let messages: Vec<FastMessage<'_>> = conv
-            .messages
-            .iter()
-            .map(|&(a, b)| FastMessage {
-                fields: fields.get(a..b).unwrap_or_default(),
-            })
-            .collect();
+        let messages = message_views(&fields, &conv.messages);
         let ctx = FastContext {
             messages: &messages,
             variables: &var_fields,
@@ -780,12 +787,7 @@ impl PyChatTemplate {
         };
         let fields = block.plain.view();
         let var_fields = plain_vars.view();
-        let messages: Vec<FastMessage<'_>> = block.plain.messages[range.clone()]
-            .iter()
-            .map(|&(a, b)| FastMessage {
-                fields: &fields[a..b],
-            })
-            .collect();
+        let messages = message_views(&fields, &block.plain.messages[range.clone()]);
         let ctx = FastContext {
             messages: &messages,
             variables: &var_fields,
