@@ -80,7 +80,9 @@ def stages(M: Any, wl: B.Workload, n: int, repeat: int) -> dict[str, float]:
         raw = 0.0
         if ids and it._compiled is not None:
             f = it._compiled.ice_item
-            raw += _per_row(lambda: [[f(train[i], 0) for i in ids] for _ in rows], n, repeat)
+            raw += _per_row(
+                lambda: [[f(train[i], train[i][out_col]) for i in ids] for _ in rows], n, repeat
+            )
         if pt._compiled is not None:
             g = pt._compiled.item
             raw += _per_row(lambda: [g(r, out_col, "", ice) for r in rows], n, repeat)

@@ -39,20 +39,20 @@ class CompiledTemplate:
         ice_token: str | None,
         sep_token: str | None,
         single_pass: bool,
+        prompt_list: type[list[Any]] | None = None,
+        labels: dict[Any, int] | None = None,
     ) -> CompiledTemplate: ...
-    def ice_item(self, entry: dict[str, Any], label: int) -> str | list[Any]:
-        """``generate_ice_item`` with the label's index."""
-    def label_prompt_item(
-        self, entry: dict[str, Any], ice: Any, label: int, remain_sep: bool
-    ) -> str | list[Any]:
-        """``generate_label_prompt_item`` with the label's index."""
+    def ice_item(self, entry: Any, label: Any) -> Any:
+        """``generate_ice_item`` (remembered per row identity)."""
+    def label_prompt_item(self, entry: Any, ice: Any, label: Any, remain_sep: bool) -> Any:
+        """``generate_label_prompt_item``."""
     def item(
         self,
-        entry: dict[str, Any],
+        entry: Any,
         output_field: Any | None,
         output_field_replace_token: Any,
         ice: Any,
-    ) -> str | list[Any]:
+    ) -> Any:
         """``generate_item``."""
 
 @final

@@ -101,13 +101,15 @@ class PromptList(list[Any]):
 
     # -------------------------------------------------------------- operators
     def __add__(self: _PL, other: object) -> _PL:
-        cls = type(self)
+        out = type(self)(self)
         if not other:
-            return cls([*self])
+            return out
         if isinstance(other, str):
-            return cls([*self, other])
+            out.append(other)
+            return out
         if isinstance(other, list):
-            return cls([*self, *other])
+            out.extend(other)
+            return out
         raise make_error(
             PromptTypeError,
             f"can only add a str or a list to a PromptList, not {_type_name(other)}",
@@ -117,7 +119,7 @@ class PromptList(list[Any]):
     def __radd__(self: _PL, other: object) -> _PL:
         cls = type(self)
         if not other:
-            return cls([*self])
+            return cls(self)
         if isinstance(other, str):
             return cls([other, *self])
         if isinstance(other, (list, tuple)):

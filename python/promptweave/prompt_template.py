@@ -196,6 +196,8 @@ class PromptTemplate(BasePromptTemplate):
                 self.ice_token,
                 self.sep_token,
                 self.substitution == "single_pass",
+                self._prompt_list,
+                self._labels or None,
             )
         except _core.FallbackRequired:
             self._compiled = None
@@ -217,8 +219,12 @@ class PromptTemplate(BasePromptTemplate):
         )
 
     # ------------------------------------------------------------------ rendering
+    # Each method tries the Rust core (which resolves the label, renders and returns the
+    # flavour's PromptList); inputs it does not model raise FallbackRequired and are rendered
+    # by the pure-Python reference algorithm, which also raises the reference's errors.
+
     def _label_index(self, label: Any) -> int | None:
-        """The body index for ``label``; ``None`` sends the call to the fallback path."""
+        """The body index for ``label`` (``None``: not one of a label dict's labels)."""
         if not self._labels:
             return 0
         try:
@@ -226,27 +232,12 @@ class PromptTemplate(BasePromptTemplate):
         except (KeyError, TypeError):
             return None
 
-    def _compiled_label(
-        self, entry: Mapping[str, Any], label: Hashable
-    ) -> tuple[_core.CompiledTemplate, dict[str, Any], int] | None:
-        """``(compiled template, entry, index of label)`` when the Rust core renders this call
-        (``None``: the pure-Python path)."""
-        compiled = self._compiled
-        if compiled is None or type(entry) is not dict:
-            return None
-        idx = None if _backend.FORCE_PYTHON else self._label_index(label)
-        return None if idx is None else (compiled, entry, idx)
-
-    def _wrap(self, out: Any) -> Any:
-        return self._prompt_list(out) if isinstance(out, list) else out
-
     def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
         """Render one in-context example from ``entry`` (its own answer included)."""
-        rust = self._compiled_label(entry, label)
-        if rust is not None:
-            compiled, row, idx = rust
+        compiled = self._compiled
+        if compiled is not None and not _backend.FORCE_PYTHON:
             try:
-                return self._wrap(compiled.ice_item(row, idx))
+                return compiled.ice_item(entry, label)
             except _core.FallbackRequired:
                 pass
         _backend.note_fallback()
@@ -260,11 +251,10 @@ class PromptTemplate(BasePromptTemplate):
         remain_sep: bool | None = False,
     ) -> Any:
         """Render the perplexity prompt of ``label`` for ``entry`` with ``ice`` spliced in."""
-        rust = self._compiled_label(entry, label)
-        if rust is not None:
-            compiled, row, idx = rust
+        compiled = self._compiled
+        if compiled is not None and not _backend.FORCE_PYTHON:
             try:
-                return self._wrap(compiled.label_prompt_item(row, ice, idx, bool(remain_sep)))
+                return compiled.label_prompt_item(entry, ice, label, bool(remain_sep))
             except _core.FallbackRequired:
                 pass
         _backend.note_fallback()
@@ -279,15 +269,13 @@ class PromptTemplate(BasePromptTemplate):
     ) -> Any:
         """Render the generation prompt for ``entry``, the output column masked."""
         compiled = self._compiled
-        if compiled is not None and type(entry) is dict and not _backend.FORCE_PYTHON:
+        if compiled is not None and not _backend.FORCE_PYTHON:
             try:
-                out = compiled.item(
+                return compiled.item(
                     entry, output_field, output_field_replace_token, ice_field_replace_token
                 )
             except _core.FallbackRequired:
                 pass
-            else:  # the hot path of zero-shot string templates: no extra call
-                return out if type(out) is str else self._prompt_list(out)
         _backend.note_fallback()
         return _fallback.generate_item(
             self, entry, output_field, output_field_replace_token, ice_field_replace_token

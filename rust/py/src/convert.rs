@@ -64,7 +64,7 @@ impl RowStrings {
     }
 }
 
-fn is_plain_value(v: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_plain_value(v: &Bound<'_, PyAny>) -> bool {
     v.is_none()
         || v.is_exact_instance_of::<PyString>()
         || v.is_exact_instance_of::<PyBool>()
@@ -84,12 +84,38 @@ fn marker(d: &Bound<'_, PyDict>) -> PyResult<Option<Marker>> {
             "section dict that is not exactly {section, pos}",
         ));
     };
-    let section = Section::from_name(&backed(&section, "non-str section")?);
-    let pos = Pos::from_name(&backed(&pos, "non-str pos")?);
+    let section = match known_name(&section) {
+        Some(name) => Section::from_name(name),
+        None => Section::from_name(&backed(&section, "non-str section")?),
+    };
+    let pos = match known_name(&pos) {
+        Some(name) => Pos::from_name(name),
+        None => Pos::from_name(&backed(&pos, "non-str pos")?),
+    };
     match (section, pos) {
         (Some(s), Some(p)) => Ok(Some(Marker::new(s, p))),
         _ => Err(unsupported("unknown section or pos")),
     }
+}
+
+/// The section and position names, as interned Python strings.
+fn name_str<'py>(py: Python<'py>, name: &'static str) -> Bound<'py, PyString> {
+    match name {
+        "begin" => intern!(py, "begin").clone(),
+        "end" => intern!(py, "end").clone(),
+        "round" => intern!(py, "round").clone(),
+        "ice" => intern!(py, "ice").clone(),
+        other => PyString::intern(py, other),
+    }
+}
+
+/// A marker name given as one of the interned name strings (as in markers this module made, and
+/// in dict literals of Python code): found by identity, without reading its text.
+fn known_name(value: &Bound<'_, PyAny>) -> Option<&'static str> {
+    let py = value.py();
+    ["begin", "end", "round", "ice"]
+        .into_iter()
+        .find(|&name| value.is(name_str(py, name)))
 }
 
 /// A string borrowed from Python (an exact `str`; subclasses could `str()` differently).
@@ -274,11 +300,8 @@ pub(crate) fn item_to_py<'py>(
         Item::Text(s) => Ok(PyString::new(py, s).into_any()),
         Item::Marker(m) => {
             let d = PyDict::new(py);
-            d.set_item(
-                intern!(py, "section"),
-                PyString::intern(py, m.section.name()),
-            )?;
-            d.set_item(intern!(py, "pos"), PyString::intern(py, m.pos.name()))?;
+            d.set_item(intern!(py, "section"), name_str(py, m.section.name()))?;
+            d.set_item(intern!(py, "pos"), name_str(py, m.pos.name()))?;
             Ok(d.into_any())
         }
         Item::Role(r) => {
@@ -321,7 +344,11 @@ fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
     let key = intern!(py, "prompt");
     if let Some(old) = d.get_item(key)? {
         if let Ok(old) = old.cast::<PyString>() {
-            if old.to_str().is_ok_and(|o| o == p) {
+            // a prompt passed through unchanged borrows the old string's own UTF-8 form
+            if old
+                .to_str()
+                .is_ok_and(|o| (o.as_ptr() == p.as_ptr() && o.len() == p.len()) || o == p)
+            {
                 return Ok(());
             }
         }

@@ -1,11 +1,14 @@
 //! `CompiledTemplate`: a compiled `PromptTemplate` body set.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
 
-use crate::convert::{InputItems, Raw, RowStrings, Sources, items_to_py, raw_item};
+use crate::convert::{InputItems, Raw, RowStrings, Sources, is_plain_value, items_to_py, raw_item};
 use crate::errors::{to_py_err, unsupported};
 use crate::joined::JoinedTemplate;
 
@@ -17,6 +20,121 @@ pub(crate) struct PyCompiledTemplate {
     has_ice_token: bool,
     /// string templates without an ice token: `generate_item` joined from Python strings
     joined: Option<JoinedTemplate>,
+    /// the class list outputs are returned as (the flavour's `PromptList`); `None`: plain lists
+    prompt_list: Option<Py<PyAny>>,
+    /// label dicts: label -> index of its body (`None`: one body, any label)
+    labels: Option<Py<PyDict>>,
+    /// `generate_ice_item` outputs by row identity (`None` when a role dict needs deep copies)
+    memo: Option<Mutex<IceMemo>>,
+}
+
+/// Outputs of `generate_ice_item`, remembered by the identity of the row's keys and values.
+///
+/// A retriever asks for the same training rows' examples again and again (FixK: the same ones
+/// for every test row). When a row's keys and values are the very objects of an earlier call
+/// and every value is immutable with a fixed `str()` (exact `str`, `int`, `float`, `bool`,
+/// `None`), the output is the earlier one: a copy of it is returned (fresh dicts sharing the
+/// immutable strings, as the reference's deep copies share them). The entry holds its row's
+/// objects, so an address seen again is the same object.
+#[derive(Default)]
+struct IceMemo {
+    entries: HashMap<u64, Arc<MemoEntry>>,
+}
+
+/// At most this many remembered outputs (then the memo starts again empty).
+const MEMO_ENTRIES: usize = 4096;
+
+struct MemoEntry {
+    label: usize,
+    /// the row's keys and values, alternately
+    row: Vec<Py<PyAny>>,
+    out: MemoOut,
+}
+
+enum MemoOut {
+    Str(Py<PyString>),
+    /// list items: a dict (copied on every hit) or a str
+    List(Vec<(Py<PyAny>, bool)>),
+}
+
+/// The addresses of a row's keys and values and their hash; `None` when a key is not an exact
+/// `str` or a value is not immutable.
+fn row_identity(entry: &Bound<'_, PyDict>, label: usize) -> Option<(Vec<usize>, u64)> {
+    let mut ptrs = Vec::with_capacity(2 * entry.len());
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ label as u64;
+    for (k, v) in entry.iter() {
+        if !k.is_exact_instance_of::<PyString>() || !is_plain_value(&v) {
+            return None;
+        }
+        for p in [k.as_ptr() as usize, v.as_ptr() as usize] {
+            ptrs.push(p);
+            h = (h.rotate_left(5) ^ p as u64).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    Some((ptrs, h))
+}
+
+impl MemoEntry {
+    fn matches(&self, label: usize, ptrs: &[usize]) -> bool {
+        self.label == label
+            && self.row.len() == ptrs.len()
+            && self
+                .row
+                .iter()
+                .zip(ptrs)
+                .all(|(o, &p)| o.as_ptr() as usize == p)
+    }
+
+    /// A fresh copy of the remembered output.
+    fn output<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.out {
+            MemoOut::Str(s) => Ok(s.bind(py).clone().into_any()),
+            MemoOut::List(items) => {
+                let list = PyList::empty(py);
+                for (obj, is_dict) in items {
+                    let obj = obj.bind(py);
+                    if *is_dict {
+                        list.append(obj.cast::<PyDict>()?.copy()?)?;
+                    } else {
+                        list.append(obj)?;
+                    }
+                }
+                Ok(list.into_any())
+            }
+        }
+    }
+
+    /// An entry for `out` (a fresh output: its dicts are copied, so that the caller's changes
+    /// to them stay out of the memo).
+    fn new(
+        entry: &Bound<'_, PyDict>,
+        label: usize,
+        out: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Self>> {
+        let out = if let Ok(s) = out.cast_exact::<PyString>() {
+            MemoOut::Str(s.clone().unbind())
+        } else if let Ok(list) = out.cast_exact::<PyList>() {
+            let mut items = Vec::with_capacity(list.len());
+            for obj in list.iter() {
+                if let Ok(d) = obj.cast_exact::<PyDict>() {
+                    items.push((d.copy()?.into_any().unbind(), true));
+                } else if obj.is_exact_instance_of::<PyString>() {
+                    items.push((obj.unbind(), false));
+                } else {
+                    return Ok(None);
+                }
+            }
+            MemoOut::List(items)
+        } else {
+            return Ok(None);
+        };
+        let mut row = Vec::with_capacity(2 * entry.len());
+        for (k, v) in entry.iter() {
+            row.push(k.unbind());
+            row.push(v.unbind());
+        }
+        Ok(Some(Self { label, row, out }))
+    }
 }
 
 struct Compiler<'py> {
@@ -124,14 +242,18 @@ impl PyCompiledTemplate {
 impl PyCompiledTemplate {
     /// Compile `template` (validated by the Python wrapper). `is_meta` says whether a dict
     /// template is a dialogue (`True`) or a label dict (`False`).
+    /// `prompt_list` is the class list outputs are returned as; `labels` maps a label dict's
+    /// labels to the index of their bodies.
     #[new]
-    #[pyo3(signature = (template, is_meta, ice_token, sep_token, single_pass))]
+    #[pyo3(signature = (template, is_meta, ice_token, sep_token, single_pass, prompt_list=None, labels=None))]
     fn py_new(
         template: &Bound<'_, PyAny>,
         is_meta: bool,
         ice_token: Option<&str>,
         sep_token: Option<&str>,
         single_pass: bool,
+        prompt_list: Option<Py<PyAny>>,
+        labels: Option<Py<PyDict>>,
     ) -> PyResult<Self> {
         let mut c = Compiler {
             sources: Vec::new(),
@@ -174,14 +296,136 @@ impl PyCompiledTemplate {
                 opt_str(sep_token),
                 substitution,
             ),
+            memo: c
+                .sources
+                .iter()
+                .all(|(_, deep)| !deep)
+                .then(|| Mutex::new(IceMemo::default())),
             sources: c.sources,
             has_ice_token: ice_token.is_some(),
             joined,
+            prompt_list,
+            labels,
         })
     }
 
-    /// `generate_ice_item(entry, label)` with the label's index.
+    /// `generate_ice_item(entry, label)`.
     fn ice_item<'py>(
+        &self,
+        entry: &Bound<'py, PyAny>,
+        label: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let entry = exact_dict(entry)?;
+        let label = self.label_index(label)?;
+        let py = entry.py();
+        let Some(memo) = &self.memo else {
+            let out = self.render_ice_item(entry, label)?;
+            return self.wrap(out);
+        };
+        let identity = row_identity(entry, label);
+        if let Some((ptrs, h)) = &identity {
+            // the lock is let go before any Python object is made: making one may run a
+            // collection, and a finalizer could call back here
+            let hit = {
+                let memo = memo.lock().map_err(|_| poisoned())?;
+                memo.entries
+                    .get(h)
+                    .filter(|e| e.matches(label, ptrs))
+                    .cloned()
+            };
+            if let Some(hit) = hit {
+                return self.wrap(hit.output(py)?);
+            }
+        }
+        let out = self.render_ice_item(entry, label)?;
+        if let Some((_, h)) = identity {
+            if let Some(new) = MemoEntry::new(entry, label, &out)? {
+                let mut memo = memo.lock().map_err(|_| poisoned())?;
+                // what is dropped (objects of other rows) is dropped after the lock is let go
+                let old = if memo.entries.len() >= MEMO_ENTRIES {
+                    std::mem::take(&mut memo.entries)
+                } else {
+                    HashMap::new()
+                };
+                let replaced = memo.entries.insert(h, Arc::new(new));
+                drop(memo);
+                drop((old, replaced));
+            }
+        }
+        self.wrap(out)
+    }
+
+    /// `generate_label_prompt_item(entry, ice, label, remain_sep)`.
+    fn label_prompt_item<'py>(
+        &self,
+        entry: &Bound<'py, PyAny>,
+        ice: &Bound<'py, PyAny>,
+        label: &Bound<'py, PyAny>,
+        remain_sep: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let entry = exact_dict(entry)?;
+        let label = self.label_index(label)?;
+        let row = RowStrings::from_dict(entry)?;
+        let out = self.with_ice(ice, &row, WithIce::Label { label, remain_sep })?;
+        self.wrap(out)
+    }
+
+    /// `generate_item(entry, output_field, output_field_replace_token, ice_field_replace_token)`.
+    #[pyo3(signature = (entry, output_field, output_field_replace_token, ice))]
+    fn item<'py>(
+        &self,
+        entry: &Bound<'py, PyAny>,
+        output_field: Option<&Bound<'py, PyAny>>,
+        output_field_replace_token: &Bound<'py, PyAny>,
+        ice: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let entry = exact_dict(entry)?;
+        if let Some(joined) = &self.joined {
+            if let Some(out) = joined.render(entry, output_field, output_field_replace_token)? {
+                return Ok(out);
+            }
+        }
+        let mut row = RowStrings::from_dict(entry)?;
+        if let Some(field) = output_field {
+            row.mask(field, output_field_replace_token)?;
+        }
+        let out = self.with_ice(ice, &row, WithIce::Item)?;
+        self.wrap(out)
+    }
+}
+
+/// The row as an exact `dict` (a mapping of another type goes to the pure-Python path).
+fn exact_dict<'a, 'py>(entry: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyDict>> {
+    entry
+        .cast_exact::<PyDict>()
+        .map_err(|_| unsupported("row that is not a dict"))
+}
+
+fn poisoned() -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err("promptweave: a template's memo lock is poisoned")
+}
+
+/// Which operation takes an in-context example.
+#[derive(Clone, Copy)]
+enum WithIce {
+    Label { label: usize, remain_sep: bool },
+    Item,
+}
+
+impl PyCompiledTemplate {
+    /// The index of `label`'s body; an unknown or unhashable label goes to the pure-Python path
+    /// (which raises the reference's error).
+    fn label_index(&self, label: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let Some(labels) = &self.labels else {
+            return Ok(0);
+        };
+        match labels.bind(label.py()).get_item(label) {
+            Ok(Some(i)) => i.extract(),
+            Ok(None) | Err(_) => Err(unsupported("label that is not one of the template's")),
+        }
+    }
+
+    fn render_ice_item<'py>(
         &self,
         entry: &Bound<'py, PyDict>,
         label: usize,
@@ -194,48 +438,14 @@ impl PyCompiledTemplate {
         self.to_py(entry.py(), &out, None)
     }
 
-    /// `generate_label_prompt_item(entry, ice, label, remain_sep)` with the label's index.
-    fn label_prompt_item<'py>(
-        &self,
-        entry: &Bound<'py, PyDict>,
-        ice: &Bound<'py, PyAny>,
-        label: usize,
-        remain_sep: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let row = RowStrings::from_dict(entry)?;
-        self.with_ice(ice, &row, WithIce::Label { label, remain_sep })
+    /// A list output as the flavour's `PromptList`.
+    fn wrap<'py>(&self, out: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.prompt_list {
+            Some(cls) if out.is_exact_instance_of::<PyList>() => cls.bind(out.py()).call1((out,)),
+            _ => Ok(out),
+        }
     }
 
-    /// `generate_item(entry, output_field, output_field_replace_token, ice_field_replace_token)`.
-    #[pyo3(signature = (entry, output_field, output_field_replace_token, ice))]
-    fn item<'py>(
-        &self,
-        entry: &Bound<'py, PyDict>,
-        output_field: Option<&Bound<'py, PyAny>>,
-        output_field_replace_token: &Bound<'py, PyAny>,
-        ice: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        if let Some(joined) = &self.joined {
-            if let Some(out) = joined.render(entry, output_field, output_field_replace_token)? {
-                return Ok(out);
-            }
-        }
-        let mut row = RowStrings::from_dict(entry)?;
-        if let Some(field) = output_field {
-            row.mask(field, output_field_replace_token)?;
-        }
-        self.with_ice(ice, &row, WithIce::Item)
-    }
-}
-
-/// Which operation takes an in-context example.
-#[derive(Clone, Copy)]
-enum WithIce {
-    Label { label: usize, remain_sep: bool },
-    Item,
-}
-
-impl PyCompiledTemplate {
     fn call<'a>(
         &'a self,
         op: WithIce,
