@@ -156,8 +156,17 @@ class LMTemplateParser(_BaseParser):
 
     def parse_template(self, prompt_template: Any, mode: str) -> Any:
         """Render a str / PromptList (or a list/tuple of them) for ``mode`` 'gen' or 'ppl'."""
-        if type(prompt_template) is str and (mode == "gen" or mode == "ppl"):
-            return prompt_template  # the common zero-shot case, checked first
+        if mode == "gen" or mode == "ppl":
+            # the common cases first: a zero-shot str, a PromptList of this flavour
+            kind = type(prompt_template)
+            if kind is str:
+                return prompt_template
+            compiled = self._compiled
+            if kind is self._prompt_list and compiled is not None and not _backend.FORCE_PYTHON:
+                try:
+                    return compiled.render_lm(prompt_template, mode == "gen")
+                except _core.FallbackRequired:
+                    pass
         self._check_input(prompt_template)
         if not isinstance(prompt_template, str) and not is_prompt_list(prompt_template):
             return [self.parse_template(p, mode=mode) for p in prompt_template]

@@ -127,46 +127,73 @@ fn backed(value: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBackedStr> {
         .map_err(|_| unsupported("string that is not valid UTF-8"))
 }
 
-/// The fields of a role dict that the walks read, borrowed from Python.
+/// Strings borrowed from Python while items are read; items refer to them by index (small
+/// items move cheaply, and one vector holds every string of a list).
+#[derive(Default)]
+pub(crate) struct Strs(Vec<PyBackedStr>);
+
+/// Index of a string in [`Strs`].
+#[derive(Clone, Copy)]
+pub(crate) struct StrId(u32);
+
+impl Strs {
+    fn add(&mut self, s: PyBackedStr) -> PyResult<StrId> {
+        let id = u32::try_from(self.0.len()).map_err(|_| unsupported("too many strings"))?;
+        self.0.push(s);
+        Ok(StrId(id))
+    }
+
+    fn backed(&mut self, value: &Bound<'_, PyAny>, what: &str) -> PyResult<StrId> {
+        let s = backed(value, what)?;
+        self.add(s)
+    }
+
+    fn get(&self, id: StrId) -> &str {
+        self.0.get(id.0 as usize).map_or("", |s| &**s)
+    }
+
+    fn cow(&self, id: Option<StrId>) -> Option<Cow<'_, str>> {
+        id.map(|id| Cow::Borrowed(self.get(id)))
+    }
+}
+
+/// The fields of a role dict that the walks read, borrowed from Python (as indices of the
+/// reader's [`Strs`]).
 #[derive(Default)]
 pub(crate) struct RawRole {
-    role: Option<PyBackedStr>,
-    prompt: Option<PyBackedStr>,
-    fallback_role: Option<PyBackedStr>,
-    begin: Option<PyBackedStr>,
-    end: Option<PyBackedStr>,
-    api_role: Option<PyBackedStr>,
+    role: Option<StrId>,
+    prompt: Option<StrId>,
+    fallback_role: Option<StrId>,
+    begin: Option<StrId>,
+    end: Option<StrId>,
+    api_role: Option<StrId>,
     generate: Option<bool>,
 }
 
 /// One prompt-list item as extracted from Python, before it becomes a core `Item`.
 pub(crate) enum Raw {
-    Text(PyBackedStr),
+    Text(StrId),
     Marker(Marker),
-    Role(Box<RawRole>),
-}
-
-fn cow(s: Option<&PyBackedStr>) -> Option<Cow<'_, str>> {
-    s.map(|s| Cow::Borrowed(&**s))
+    Role(RawRole),
 }
 
 impl Raw {
-    /// The core item, borrowing the strings.
-    pub(crate) fn item(&self, origin: Origin) -> Item<'_> {
+    /// The core item, borrowing the strings of `strs` (those this item was read into).
+    pub(crate) fn item<'s>(&self, strs: &'s Strs, origin: Origin) -> Item<'s> {
         match self {
-            Raw::Text(s) => Item::Text(Cow::Borrowed(s)),
+            Raw::Text(s) => Item::Text(Cow::Borrowed(strs.get(*s))),
             Raw::Marker(m) => Item::Marker(*m),
             Raw::Role(r) => Item::Role(RoleItem {
                 spec: RoleSpecItem {
-                    role: cow(r.role.as_ref()),
-                    fallback_role: cow(r.fallback_role.as_ref()),
-                    begin: cow(r.begin.as_ref()),
-                    end: cow(r.end.as_ref()),
-                    api_role: cow(r.api_role.as_ref()),
+                    role: strs.cow(r.role),
+                    fallback_role: strs.cow(r.fallback_role),
+                    begin: strs.cow(r.begin),
+                    end: strs.cow(r.end),
+                    api_role: strs.cow(r.api_role),
                     generate: r.generate,
                     origin,
                 },
-                prompt: cow(r.prompt.as_ref()),
+                prompt: strs.cow(r.prompt),
             }),
         }
     }
@@ -174,7 +201,7 @@ impl Raw {
 
 /// A role dict: the keys the walks read are taken; other keys stay in the source dict.
 /// Returns the fields and whether copying the dict needs `copy.deepcopy`.
-fn raw_role(d: &Bound<'_, PyDict>) -> PyResult<(RawRole, bool)> {
+fn raw_role(d: &Bound<'_, PyDict>, strs: &mut Strs) -> PyResult<(RawRole, bool)> {
     let py = d.py();
     let mut r = RawRole::default();
     let mut deep = false;
@@ -195,19 +222,19 @@ fn raw_role(d: &Bound<'_, PyDict>) -> PyResult<(RawRole, bool)> {
             }
         };
         match key {
-            "role" => r.role = Some(backed(&v, "non-str role")?),
-            "prompt" => r.prompt = Some(backed(&v, "non-str prompt")?),
+            "role" => r.role = Some(strs.backed(&v, "non-str role")?),
+            "prompt" => r.prompt = Some(strs.backed(&v, "non-str prompt")?),
             "fallback_role" => {
                 // only its truthiness and name matter: a falsy non-str is like no fallback
                 r.fallback_role = if v.is_truthy()? {
-                    Some(backed(&v, "non-str fallback_role")?)
+                    Some(strs.backed(&v, "non-str fallback_role")?)
                 } else {
                     None
                 };
             }
-            "begin" => r.begin = Some(backed(&v, "non-str begin")?),
-            "end" => r.end = Some(backed(&v, "non-str end")?),
-            "api_role" => r.api_role = Some(backed(&v, "non-str api_role")?),
+            "begin" => r.begin = Some(strs.backed(&v, "non-str begin")?),
+            "end" => r.end = Some(strs.backed(&v, "non-str end")?),
+            "api_role" => r.api_role = Some(strs.backed(&v, "non-str api_role")?),
             "generate" => r.generate = Some(v.is_truthy()?),
             "prompt_mm" | "section" => return Err(unsupported("multimodal or section item")),
             _ => {}
@@ -216,10 +243,11 @@ fn raw_role(d: &Bound<'_, PyDict>) -> PyResult<(RawRole, bool)> {
     Ok((r, deep))
 }
 
-/// One item of a prompt list, and whether it is a dict whose copy needs `copy.deepcopy`.
-pub(crate) fn raw_item(obj: &Bound<'_, PyAny>) -> PyResult<(Raw, bool)> {
+/// One item of a prompt list (its strings kept in `strs`), and whether it is a dict whose copy
+/// needs `copy.deepcopy`.
+pub(crate) fn raw_item(obj: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<(Raw, bool)> {
     if obj.is_exact_instance_of::<PyString>() {
-        return Ok((Raw::Text(backed(obj, "text")?), false));
+        return Ok((Raw::Text(strs.backed(obj, "text")?), false));
     }
     let d = obj
         .cast::<PyDict>()
@@ -227,13 +255,14 @@ pub(crate) fn raw_item(obj: &Bound<'_, PyAny>) -> PyResult<(Raw, bool)> {
     if let Some(m) = marker(d)? {
         return Ok((Raw::Marker(m), false));
     }
-    let (r, deep) = raw_role(d)?;
-    Ok((Raw::Role(Box::new(r)), deep))
+    let (r, deep) = raw_role(d, strs)?;
+    Ok((Raw::Role(r), deep))
 }
 
 /// A Python list (a `PromptList` or a plain list) of items, extracted.
 pub(crate) struct InputItems {
     raw: Vec<Raw>,
+    strs: Strs,
     /// per input index: copying that dict needs `copy.deepcopy`
     pub(crate) deep: Vec<bool>,
 }
@@ -245,12 +274,26 @@ impl InputItems {
         }
         let mut raw = Vec::with_capacity(list.len());
         let mut deep = Vec::with_capacity(list.len());
+        let mut strs = Strs(Vec::with_capacity(2 * list.len()));
         for obj in list.iter() {
-            let (r, d) = raw_item(&obj)?;
+            let (r, d) = raw_item(&obj, &mut strs)?;
             raw.push(r);
             deep.push(d);
         }
-        Ok(Self { raw, deep })
+        Ok(Self { raw, strs, deep })
+    }
+
+    /// Whether `prompt` is item `i`'s own prompt text, unchanged (borrowed from it).
+    fn prompt_is(&self, i: usize, prompt: &str) -> bool {
+        match self.raw.get(i) {
+            Some(Raw::Role(RawRole {
+                prompt: Some(p), ..
+            })) => {
+                let p = self.strs.get(*p);
+                p.as_ptr() == prompt.as_ptr() && p.len() == prompt.len()
+            }
+            _ => false,
+        }
     }
 
     /// The core items, borrowing the extracted strings.
@@ -258,7 +301,12 @@ impl InputItems {
         self.raw
             .iter()
             .enumerate()
-            .map(|(i, r)| r.item(Origin::Input(u32::try_from(i).unwrap_or(u32::MAX))))
+            .map(|(i, r)| {
+                r.item(
+                    &self.strs,
+                    Origin::Input(u32::try_from(i).unwrap_or(u32::MAX)),
+                )
+            })
             .collect()
     }
 }
@@ -273,8 +321,8 @@ fn deepcopy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py
 pub(crate) struct Sources<'a, 'py> {
     /// the compiled template's role dicts and whether each needs a deep copy
     pub(crate) template: &'a [(Py<PyDict>, bool)],
-    /// the caller's input list (ICE prompt list) and its deep-copy flags, if any
-    pub(crate) input: Option<(&'a Bound<'py, PyList>, &'a [bool])>,
+    /// the caller's input list (ICE prompt list) and its items as read, if any
+    pub(crate) input: Option<(&'a Bound<'py, PyList>, &'a InputItems)>,
 }
 
 fn copy_source<'py>(
@@ -289,6 +337,32 @@ fn copy_source<'py>(
     }
 }
 
+/// A fresh section marker dict: a copy of a prototype made once (cheaper than filling a new
+/// dict).
+fn marker_dict(py: Python<'_>, m: Marker) -> PyResult<Bound<'_, PyDict>> {
+    const SECTIONS: [Section; 4] = [Section::Begin, Section::Round, Section::End, Section::Ice];
+    const POSITIONS: [Pos; 2] = [Pos::Begin, Pos::End];
+    static PROTOTYPES: PyOnceLock<Vec<Py<PyDict>>> = PyOnceLock::new();
+    let prototypes = PROTOTYPES.get_or_try_init(py, || {
+        let mut v = Vec::with_capacity(SECTIONS.len() * POSITIONS.len());
+        for section in SECTIONS {
+            for pos in POSITIONS {
+                let d = PyDict::new(py);
+                d.set_item(intern!(py, "section"), name_str(py, section.name()))?;
+                d.set_item(intern!(py, "pos"), name_str(py, pos.name()))?;
+                v.push(d.unbind());
+            }
+        }
+        Ok::<_, PyErr>(v)
+    })?;
+    let index = SECTIONS.iter().position(|&s| s == m.section).unwrap_or(0) * POSITIONS.len()
+        + POSITIONS.iter().position(|&p| p == m.pos).unwrap_or(0);
+    match prototypes.get(index) {
+        Some(d) => d.bind(py).copy(),
+        None => Err(unsupported("unknown marker")),
+    }
+}
+
 /// Build the Python object of one output item: a fresh dict (a copy of the source dict, extra
 /// keys included, with the new prompt) for role items, as the reference's deep-copying `format`.
 pub(crate) fn item_to_py<'py>(
@@ -298,12 +372,7 @@ pub(crate) fn item_to_py<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     match item {
         Item::Text(s) => Ok(PyString::new(py, s).into_any()),
-        Item::Marker(m) => {
-            let d = PyDict::new(py);
-            d.set_item(intern!(py, "section"), name_str(py, m.section.name()))?;
-            d.set_item(intern!(py, "pos"), name_str(py, m.pos.name()))?;
-            Ok(d.into_any())
-        }
+        Item::Marker(m) => Ok(marker_dict(py, *m)?.into_any()),
         Item::Role(r) => {
             let d = match r.spec.origin {
                 Origin::Template(i) => {
@@ -314,12 +383,18 @@ pub(crate) fn item_to_py<'py>(
                     copy_source(py, dict.bind(py), *deep)?
                 }
                 Origin::Input(i) => {
-                    let (list, deep) = src
+                    let (list, input) = src
                         .input
                         .ok_or_else(|| unsupported("dangling input item"))?;
-                    let obj = list.get_item(i as usize)?;
+                    let i = i as usize;
+                    let obj = list.get_item(i)?;
                     let dict = obj.cast::<PyDict>()?;
-                    copy_source(py, dict, deep.get(i as usize).copied().unwrap_or(true))?
+                    let copy = copy_source(py, dict, input.deep.get(i).copied().unwrap_or(true))?;
+                    // an unchanged prompt is already the copy's: nothing to look up or compare
+                    if r.prompt.as_deref().is_some_and(|p| input.prompt_is(i, p)) {
+                        return Ok(copy.into_any());
+                    }
+                    copy
                 }
                 Origin::None => {
                     let d = PyDict::new(py);
@@ -356,15 +431,15 @@ fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
     d.set_item(key, p)
 }
 
-/// Build a Python list of output items.
+/// Append the Python objects of output items to `list`.
 pub(crate) fn items_to_py<'py>(
     py: Python<'py>,
     items: &[Item],
     src: &Sources<'_, 'py>,
-) -> PyResult<Bound<'py, PyList>> {
-    let list = PyList::empty(py);
+    list: &Bound<'py, PyList>,
+) -> PyResult<()> {
     for item in items {
         list.append(item_to_py(py, item, src)?)?;
     }
-    Ok(list)
+    Ok(())
 }

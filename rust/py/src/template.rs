@@ -8,7 +8,9 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
 
-use crate::convert::{InputItems, Raw, RowStrings, Sources, is_plain_value, items_to_py, raw_item};
+use crate::convert::{
+    InputItems, Raw, RowStrings, Sources, Strs, is_plain_value, items_to_py, raw_item,
+};
 use crate::errors::{to_py_err, unsupported};
 use crate::joined::JoinedTemplate;
 
@@ -85,12 +87,16 @@ impl MemoEntry {
                 .all(|(o, &p)| o.as_ptr() as usize == p)
     }
 
-    /// A fresh copy of the remembered output.
-    fn output<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// A fresh copy of the remembered output (a list output in a new `template.new_list()`).
+    fn output<'py>(
+        &self,
+        py: Python<'py>,
+        template: &PyCompiledTemplate,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match &self.out {
             MemoOut::Str(s) => Ok(s.bind(py).clone().into_any()),
             MemoOut::List(items) => {
-                let list = PyList::empty(py);
+                let list = template.new_list(py)?;
                 for (obj, is_dict) in items {
                     let obj = obj.bind(py);
                     if *is_dict {
@@ -113,7 +119,7 @@ impl MemoEntry {
     ) -> PyResult<Option<Self>> {
         let out = if let Ok(s) = out.cast_exact::<PyString>() {
             MemoOut::Str(s.clone().unbind())
-        } else if let Ok(list) = out.cast_exact::<PyList>() {
+        } else if let Ok(list) = out.cast::<PyList>() {
             let mut items = Vec::with_capacity(list.len());
             for obj in list.iter() {
                 if let Ok(d) = obj.cast_exact::<PyDict>() {
@@ -145,18 +151,21 @@ struct Compiler<'py> {
 impl<'py> Compiler<'py> {
     /// A template item, owned by the compiled template; role dicts are kept as sources.
     fn item(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<Item<'static>> {
-        let (raw, deep) = raw_item(obj)?;
+        let mut strs = Strs::default();
+        let (raw, deep) = raw_item(obj, &mut strs)?;
         if let (Ok(d), Raw::Role(_)) = (obj.cast::<PyDict>(), &raw) {
             let idx =
                 u32::try_from(self.sources.len()).map_err(|_| unsupported("too many items"))?;
             self.sources.push((d.clone().unbind(), deep));
-            return Ok(raw.item(Origin::Template(idx)).into_static());
+            return Ok(raw.item(&strs, Origin::Template(idx)).into_static());
         }
-        Ok(raw.item(Origin::None).into_static())
+        Ok(raw.item(&strs, Origin::None).into_static())
     }
 
     fn plain(obj: &Bound<'py, PyAny>) -> PyResult<Item<'static>> {
-        Ok(raw_item(obj)?.0.item(Origin::None).into_static())
+        let mut strs = Strs::default();
+        let (raw, _) = raw_item(obj, &mut strs)?;
+        Ok(raw.item(&strs, Origin::None).into_static())
     }
 
     /// `begin`/`end`: a list is spliced, anything else is one item.
@@ -319,8 +328,7 @@ impl PyCompiledTemplate {
         let label = self.label_index(label)?;
         let py = entry.py();
         let Some(memo) = &self.memo else {
-            let out = self.render_ice_item(entry, label)?;
-            return self.wrap(out);
+            return self.render_ice_item(entry, label);
         };
         let identity = row_identity(entry, label);
         if let Some((ptrs, h)) = &identity {
@@ -334,7 +342,7 @@ impl PyCompiledTemplate {
                     .cloned()
             };
             if let Some(hit) = hit {
-                return self.wrap(hit.output(py)?);
+                return hit.output(py, self);
             }
         }
         let out = self.render_ice_item(entry, label)?;
@@ -352,7 +360,7 @@ impl PyCompiledTemplate {
                 drop((old, replaced));
             }
         }
-        self.wrap(out)
+        Ok(out)
     }
 
     /// `generate_label_prompt_item(entry, ice, label, remain_sep)`.
@@ -366,8 +374,7 @@ impl PyCompiledTemplate {
         let entry = exact_dict(entry)?;
         let label = self.label_index(label)?;
         let row = RowStrings::from_dict(entry)?;
-        let out = self.with_ice(ice, &row, WithIce::Label { label, remain_sep })?;
-        self.wrap(out)
+        self.with_ice(ice, &row, WithIce::Label { label, remain_sep })
     }
 
     /// `generate_item(entry, output_field, output_field_replace_token, ice_field_replace_token)`.
@@ -389,8 +396,7 @@ impl PyCompiledTemplate {
         if let Some(field) = output_field {
             row.mask(field, output_field_replace_token)?;
         }
-        let out = self.with_ice(ice, &row, WithIce::Item)?;
-        self.wrap(out)
+        self.with_ice(ice, &row, WithIce::Item)
     }
 }
 
@@ -438,11 +444,11 @@ impl PyCompiledTemplate {
         self.to_py(entry.py(), &out, None)
     }
 
-    /// A list output as the flavour's `PromptList`.
-    fn wrap<'py>(&self, out: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    /// An empty list of the class outputs are returned as (the flavour's `PromptList`).
+    fn new_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         match &self.prompt_list {
-            Some(cls) if out.is_exact_instance_of::<PyList>() => cls.bind(out.py()).call1((out,)),
-            _ => Ok(out),
+            Some(cls) => Ok(cls.bind(py).call0()?.cast_into::<PyList>()?),
+            None => Ok(PyList::empty(py)),
         }
     }
 
@@ -483,20 +489,24 @@ impl PyCompiledTemplate {
         let list = ice
             .cast::<PyList>()
             .map_err(|_| unsupported("ICE that is neither str nor list"))?;
-        if list.get_type().name()?.to_str()? != "PromptList" {
+        let ours = self
+            .prompt_list
+            .as_ref()
+            .is_some_and(|cls| list.get_type().is(cls.bind(py)));
+        if !ours && list.get_type().name()?.to_str()? != "PromptList" {
             return Err(unsupported("ICE list that is not a PromptList"));
         }
         let input = InputItems::from_list(list)?;
         let items = input.items();
         let out = self.call(op, row, Ice::List(&items))?;
-        self.to_py(py, &out, Some((list, &input.deep)))
+        self.to_py(py, &out, Some((list, &input)))
     }
 
     fn to_py<'py>(
         &self,
         py: Python<'py>,
         out: &Rendered<'_>,
-        input: Option<(&Bound<'py, PyList>, &[bool])>,
+        input: Option<(&Bound<'py, PyList>, &InputItems)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         match out {
             Rendered::Str(s) => Ok(PyString::new(py, s).into_any()),
@@ -505,7 +515,9 @@ impl PyCompiledTemplate {
                     template: &self.sources,
                     input,
                 };
-                Ok(items_to_py(py, items, &src)?.into_any())
+                let list = self.new_list(py)?;
+                items_to_py(py, items, &src, &list)?;
+                Ok(list.into_any())
             }
         }
     }
