@@ -112,10 +112,20 @@ fn name_str<'py>(py: Python<'py>, name: &'static str) -> Bound<'py, PyString> {
 /// A marker name given as one of the interned name strings (as in markers this module made, and
 /// in dict literals of Python code): found by identity, without reading its text.
 fn known_name(value: &Bound<'_, PyAny>) -> Option<&'static str> {
+    const NAMES: [&str; 4] = ["begin", "end", "round", "ice"];
+    static INTERNED: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
     let py = value.py();
-    ["begin", "end", "round", "ice"]
-        .into_iter()
-        .find(|&name| value.is(name_str(py, name)))
+    let interned = INTERNED.get_or_init(py, || {
+        NAMES
+            .iter()
+            .map(|&name| name_str(py, name).unbind())
+            .collect()
+    });
+    interned
+        .iter()
+        .zip(NAMES)
+        .find(|(s, _)| value.is(s.bind(py)))
+        .map(|(_, name)| name)
 }
 
 /// A string borrowed from Python (an exact `str`; subclasses could `str()` differently).
