@@ -309,6 +309,28 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         "{{ loop.nextitem.role if loop.nextitem is defined else '-' }};{% endfor %}",
         True,
     ),
+    # Jinja2's Markup strings: `safe`/`escape` give one; `+` with a plain string escapes it
+    "markup_concatenation": (
+        "{% for m in messages %}{{ ('<p>'|safe) + m.role + '</p>'|safe }}{% endfor %}|"
+        "{{ 'a'|safe + '<' + 'b'|safe + '>' }}|{{ ('&'|safe|trim) + '<' }}|{{ (5|safe) + \"'\" }}|"
+        "{{ ('x'|safe) ~ '<' }}|{% set j = '<q>'|tojson|safe %}{{ j + '</q>' }}|"
+        "{{ ('a'|safe + '<') | length }}|{{ ('x'|safe|string) + '&' }}|{{ 1 + 2 }}"
+        "{{ (messages + [])|length }}{{ ('(' + 'y') + (')'|safe) }}",
+        False,
+    ),
+    "escape_entities": (
+        "{{ \"<a href='x'>\\\"&\" | e }}|{{ '&'|e|e }}|{{ '<'|forceescape }}|"
+        "{{ ('<'|e) + '<' }}|{{ none|e }}|{{ messages[1].role|escape }}",
+        False,
+    ),
+    "raw_block_newline": (
+        "{% raw %}\n{{ x }}{% endraw %}|{%- raw %}\n\nY\n{% endraw %}\nZ|"
+        "{% raw -%}\nW{% endraw %}|{# {% raw %} #}\nQ",
+        True,
+    ),
+    "carriage_returns": (
+        "A\r\n{% for m in messages %}{{ m.role }}\r\n{% endfor %}{{ 'x\ry\r\nz' }}\rB", True
+    ),
 }
 
 

@@ -130,18 +130,19 @@ fn syntax() -> Result<minijinja::syntax::SyntaxConfig, ChatError> {
 /// The function every `for` loop's iterable passes through in the full engine.
 const LOOP_GUARD: &str = "__promptweave_iterable";
 
-/// The source range an expression covers: the union of its own span and its parts' (a node's
-/// span starts at its operator or name, not at its left operand).
-fn extent(e: &ast::Expr<'_>) -> (u32, u32) {
-    fn args<'x>(a: &'x [ast::CallArg<'x>]) -> impl Iterator<Item = &'x ast::Expr<'x>> {
-        a.iter().map(|a| match a {
-            ast::CallArg::Pos(e)
-            | ast::CallArg::Kwarg(_, e)
-            | ast::CallArg::PosSplat(e)
-            | ast::CallArg::KwargSplat(e) => e,
-        })
-    }
-    let parts: Vec<&ast::Expr<'_>> = match e {
+/// The expressions of call arguments.
+fn arg_exprs<'x>(args: &'x [ast::CallArg<'x>]) -> impl Iterator<Item = &'x ast::Expr<'x>> {
+    args.iter().map(|a| match a {
+        ast::CallArg::Pos(e)
+        | ast::CallArg::Kwarg(_, e)
+        | ast::CallArg::PosSplat(e)
+        | ast::CallArg::KwargSplat(e) => e,
+    })
+}
+
+/// The direct sub-expressions of an expression.
+fn expr_parts<'x>(e: &'x ast::Expr<'x>) -> Vec<&'x ast::Expr<'x>> {
+    match e {
         ast::Expr::Var(_) | ast::Expr::Const(_) => Vec::new(),
         ast::Expr::Slice(x) => std::iter::once(&x.expr)
             .chain(x.start.iter())
@@ -157,15 +158,21 @@ fn extent(e: &ast::Expr<'_>) -> (u32, u32) {
             .into_iter()
             .chain(x.false_expr.iter())
             .collect(),
-        ast::Expr::Filter(x) => x.expr.iter().chain(args(&x.args)).collect(),
-        ast::Expr::Test(x) => std::iter::once(&x.expr).chain(args(&x.args)).collect(),
+        ast::Expr::Filter(x) => x.expr.iter().chain(arg_exprs(&x.args)).collect(),
+        ast::Expr::Test(x) => std::iter::once(&x.expr).chain(arg_exprs(&x.args)).collect(),
         ast::Expr::GetAttr(x) => vec![&x.expr],
         ast::Expr::GetItem(x) => vec![&x.expr, &x.subscript_expr],
-        ast::Expr::Call(x) => std::iter::once(&x.expr).chain(args(&x.args)).collect(),
+        ast::Expr::Call(x) => std::iter::once(&x.expr).chain(arg_exprs(&x.args)).collect(),
         ast::Expr::List(x) => x.items.iter().collect(),
         ast::Expr::Tuple(x) => x.items.iter().collect(),
         ast::Expr::Map(x) => x.keys.iter().chain(x.values.iter()).collect(),
-    };
+    }
+}
+
+/// The source range an expression covers: the union of its own span and its parts' (a node's
+/// span starts at its operator or name, not at its left operand).
+fn extent(e: &ast::Expr<'_>) -> (u32, u32) {
+    let parts = expr_parts(e);
     let span = e.span();
     parts
         .into_iter()
@@ -204,26 +211,13 @@ fn balanced(text: &str) -> bool {
 /// left as it is; so is the whole source when the wrapped text would not parse.
 fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
     fn collect(s: &ast::Stmt<'_>, out: &mut Vec<(usize, usize)>) {
-        let bodies: Vec<&[ast::Stmt<'_>]> = match s {
-            ast::Stmt::Template(t) => vec![&t.children],
-            ast::Stmt::ForLoop(f) => {
-                let (a, b) = extent(&f.iter);
-                if let (Ok(a), Ok(b)) = (usize::try_from(a), usize::try_from(b)) {
-                    out.push((a, b));
-                }
-                vec![&f.body, &f.else_body]
+        if let ast::Stmt::ForLoop(f) = s {
+            let (a, b) = extent(&f.iter);
+            if let (Ok(a), Ok(b)) = (usize::try_from(a), usize::try_from(b)) {
+                out.push((a, b));
             }
-            ast::Stmt::IfCond(c) => vec![&c.true_body, &c.false_body],
-            ast::Stmt::WithBlock(w) => vec![&w.body],
-            ast::Stmt::SetBlock(b) => vec![&b.body],
-            ast::Stmt::AutoEscape(a) => vec![&a.body],
-            ast::Stmt::FilterBlock(f) => vec![&f.body],
-            ast::Stmt::Block(b) => vec![&b.body],
-            ast::Stmt::Macro(m) => vec![&m.body],
-            ast::Stmt::CallBlock(c) => vec![&c.macro_decl.body],
-            _ => Vec::new(),
-        };
-        for body in bodies {
+        }
+        for body in stmt_parts(s).1 {
             for child in body {
                 collect(child, out);
             }
@@ -252,6 +246,202 @@ fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
     if parses { out } else { source.to_owned() }
 }
 
+/// The function every `+` passes through in the full engine when the template makes Markup
+/// strings (see [`markup_adds`]).
+const MARKUP_ADD: &str = "__promptweave_add";
+
+/// Filters that give a Markup string in Jinja2 (transformers' `tojson` gives a plain one).
+const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
+
+/// The expressions and the bodies of a statement.
+type StmtParts<'a> = (Vec<&'a ast::Expr<'a>>, Vec<&'a [ast::Stmt<'a>]>);
+
+fn stmt_parts<'a>(stmt: &'a ast::Stmt<'a>) -> StmtParts<'a> {
+    match stmt {
+        ast::Stmt::Template(t) => (Vec::new(), vec![&t.children]),
+        ast::Stmt::EmitExpr(x) => (vec![&x.expr], Vec::new()),
+        ast::Stmt::ForLoop(x) => (
+            [&x.target, &x.iter]
+                .into_iter()
+                .chain(x.filter_expr.iter())
+                .collect(),
+            vec![&x.body, &x.else_body],
+        ),
+        ast::Stmt::IfCond(x) => (vec![&x.expr], vec![&x.true_body, &x.false_body]),
+        ast::Stmt::WithBlock(x) => (
+            x.assignments.iter().flat_map(|(a, b)| [a, b]).collect(),
+            vec![&x.body],
+        ),
+        ast::Stmt::Set(x) => (vec![&x.target, &x.expr], Vec::new()),
+        ast::Stmt::SetBlock(x) => (
+            std::iter::once(&x.target).chain(x.filter.iter()).collect(),
+            vec![&x.body],
+        ),
+        ast::Stmt::AutoEscape(x) => (vec![&x.enabled], vec![&x.body]),
+        ast::Stmt::FilterBlock(x) => (vec![&x.filter], vec![&x.body]),
+        ast::Stmt::Block(x) => (Vec::new(), vec![&x.body]),
+        ast::Stmt::Import(x) => (vec![&x.expr, &x.name], Vec::new()),
+        ast::Stmt::FromImport(x) => (vec![&x.expr], Vec::new()),
+        ast::Stmt::Extends(x) => (vec![&x.name], Vec::new()),
+        ast::Stmt::Include(x) => (vec![&x.name], Vec::new()),
+        ast::Stmt::Macro(x) => (
+            x.args.iter().chain(x.defaults.iter()).collect(),
+            vec![&x.body],
+        ),
+        ast::Stmt::CallBlock(x) => (
+            std::iter::once(&x.call.expr)
+                .chain(arg_exprs(&x.call.args))
+                .chain(x.macro_decl.args.iter())
+                .chain(x.macro_decl.defaults.iter())
+                .collect(),
+            vec![&x.macro_decl.body],
+        ),
+        ast::Stmt::Do(x) => (
+            std::iter::once(&x.call.expr)
+                .chain(arg_exprs(&x.call.args))
+                .collect(),
+            Vec::new(),
+        ),
+        ast::Stmt::EmitRaw(_) | ast::Stmt::Continue(_) | ast::Stmt::Break(_) => {
+            (Vec::new(), Vec::new())
+        }
+    }
+}
+
+/// Calls `f` on every expression of `stmt`, sub-expressions included.
+fn visit_exprs<'a>(stmt: &'a ast::Stmt<'a>, f: &mut impl FnMut(&'a ast::Expr<'a>)) {
+    fn expr<'a>(e: &'a ast::Expr<'a>, f: &mut impl FnMut(&'a ast::Expr<'a>)) {
+        f(e);
+        for p in expr_parts(e) {
+            expr(p, f);
+        }
+    }
+    let (exprs, bodies) = stmt_parts(stmt);
+    for e in exprs {
+        expr(e, f);
+    }
+    for body in bodies {
+        for s in body {
+            visit_exprs(s, f);
+        }
+    }
+}
+
+/// `source` with every `a + b` turned into `__promptweave_add(a, b)` when the template makes
+/// Markup strings (a `safe` or `escape` filter): in Jinja2 a Markup string added to a plain
+/// one escapes the plain one (`"<p>"|safe + text` escapes `text`), which minijinja's `+` does
+/// not do. Templates without those filters, and any source the rewrite would not leave
+/// parseable, are returned as they are.
+fn markup_adds(source: &str, tree: &ast::Stmt<'_>) -> String {
+    let mut markup = false;
+    let mut adds: Vec<(usize, usize, usize)> = Vec::new();
+    let mut ok = true;
+    visit_exprs(tree, &mut |e| match e {
+        ast::Expr::Filter(f) if MARKUP_FILTERS.contains(&f.name) => markup = true,
+        ast::Expr::BinOp(b) if matches!(b.op, ast::BinOpKind::Add) => {
+            let span = e.span();
+            let (Ok(start), Ok(end), Ok(left_end)) = (
+                usize::try_from(span.start_offset),
+                usize::try_from(span.end_offset),
+                usize::try_from(extent(&b.left).1),
+            ) else {
+                ok = false;
+                return;
+            };
+            // the operator: past the left operand's closing brackets and spaces
+            let op = source.get(left_end..end).and_then(|gap| {
+                gap.char_indices()
+                    .find(|&(_, c)| !(c.is_whitespace() || c == ')' || c == ']'))
+                    .filter(|&(_, c)| c == '+')
+                    .map(|(i, _)| left_end + i)
+            });
+            match op {
+                Some(op) if start < op && op < end => adds.push((start, op, end)),
+                _ => ok = false,
+            }
+        }
+        _ => {}
+    });
+    if !markup || adds.is_empty() || !ok {
+        return source.to_owned();
+    }
+    // edits by position; at one position closing parentheses go before opening calls
+    let mut edits: Vec<(usize, u8, &str)> = Vec::with_capacity(adds.len() * 3);
+    for &(start, op, end) in &adds {
+        edits.push((start, 1, "__promptweave_add("));
+        edits.push((op, 2, ","));
+        edits.push((end, 0, ")"));
+    }
+    edits.sort_by_key(|&(at, order, _)| (at, order));
+    let mut out = String::with_capacity(source.len() + edits.len() * 20);
+    let mut at = 0;
+    for (pos, order, text) in edits {
+        let Some(chunk) = source.get(at..pos) else {
+            return source.to_owned();
+        };
+        out.push_str(chunk);
+        out.push_str(text);
+        // the operator's own character is replaced
+        at = if order == 2 { pos + 1 } else { pos };
+    }
+    out.push_str(source.get(at..).unwrap_or_default());
+    let parses = syntax()
+        .is_ok_and(|config| minijinja::machinery::parse(&out, TEMPLATE_NAME, config).is_ok());
+    if parses { out } else { source.to_owned() }
+}
+
+/// markupsafe's `escape`: `&`, `<`, `>`, `'` and `"` as HTML entities.
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + s.len() / 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\'' => out.push_str("&#39;"),
+            '"' => out.push_str("&#34;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The text of a string value, escaped unless it is a Markup (safe) string.
+fn markup_text(v: &Value) -> Option<String> {
+    let s = v.as_str()?;
+    Some(if v.is_safe() {
+        s.to_owned()
+    } else {
+        html_escape(s)
+    })
+}
+
+/// `a + b` with Jinja2's Markup rules: a Markup string and a plain string make a Markup string
+/// with the plain one escaped; anything else is minijinja's `+`.
+fn markup_add(a: &Value, b: &Value) -> Result<Value, Error> {
+    if (a.is_safe() || b.is_safe()) && a.as_str().is_some() && b.as_str().is_some() {
+        if let (Some(x), Some(y)) = (markup_text(a), markup_text(b)) {
+            return Ok(Value::from_safe_string(x + &y));
+        }
+    }
+    plain_add(a, b)
+}
+
+/// minijinja's own `+`, through a compiled expression.
+fn plain_add(a: &Value, b: &Value) -> Result<Value, Error> {
+    static ENV: std::sync::OnceLock<Environment<'static>> = std::sync::OnceLock::new();
+    static EXPR: std::sync::OnceLock<minijinja::Expression<'static, 'static>> =
+        std::sync::OnceLock::new();
+    let expr = if let Some(e) = EXPR.get() {
+        e
+    } else {
+        let env = ENV.get_or_init(Environment::new);
+        let compiled = env.compile_expression_owned("a + b")?;
+        EXPR.get_or_init(|| compiled)
+    };
+    expr.eval(minijinja::context! { a => a, b => b })
+}
+
 impl ChatTemplate {
     /// Compiles `source` as transformers would.
     pub fn compile(source: &str) -> Result<Self, ChatError> {
@@ -265,7 +455,8 @@ impl ChatTemplate {
         });
         env.set_unknown_method_callback(py_method);
         env.add_filter("tojson", tojson_filter);
-        env.add_filter("string", |v: Value| py_str(&v));
+        // a Markup string stays one through `string` and `trim`, as in Jinja2
+        env.add_filter("string", |v: Value| keep_markup(&v, py_str(&v)));
         env.add_filter("trim", trim_filter);
         env.add_filter("wordcount", wordcount_filter);
         env.add_filter("title", |v: Value| jinja_title(&py_str(&v)));
@@ -295,17 +486,40 @@ impl ChatTemplate {
             }
             Ok(v)
         });
-        let rewritten = rewrite_generation_tags(source);
-        // parsed once for the fast path and the loop guards; a source that does not parse
-        // goes to the full engine as it is, which reports why
+        env.add_function(MARKUP_ADD, |a: Value, b: Value| markup_add(&a, &b));
+        // markupsafe's entities (`&#39;`, `&#34;`), not minijinja's (`&#x27;`, `&quot;`)
+        env.add_filter("forceescape", |v: Value| {
+            Value::from_safe_string(html_escape(&py_str(&v)))
+        });
+        for name in ["escape", "e"] {
+            env.add_filter(name, |v: Value| {
+                if v.is_safe() {
+                    v
+                } else {
+                    Value::from_safe_string(html_escape(&py_str(&v)))
+                }
+            });
+        }
+        let rewritten = rewrite_generation_tags(&jinja2_lexing(source));
+        // parsed once for the fast path and the rewrites; a source that does not parse goes to
+        // the full engine as it is, which reports why
         let (fast, checked) =
             match minijinja::machinery::parse(&rewritten, TEMPLATE_NAME, syntax()?) {
-                Ok(tree) => (
-                    FastTemplate::compile(&tree)
+                Ok(tree) => {
+                    let fast = FastTemplate::compile(&tree)
                         .filter(FastTemplate::is_useful)
-                        .map(Arc::new),
-                    guard_loops(&rewritten, &tree),
-                ),
+                        .map(Arc::new);
+                    let marked = markup_adds(&rewritten, &tree);
+                    let checked = if marked == rewritten {
+                        guard_loops(&rewritten, &tree)
+                    } else {
+                        match minijinja::machinery::parse(&marked, TEMPLATE_NAME, syntax()?) {
+                            Ok(tree) => guard_loops(&marked, &tree),
+                            Err(_) => guard_loops(&rewritten, &tree),
+                        }
+                    };
+                    (fast, checked)
+                }
                 Err(_) => (None, rewritten),
             };
         env.add_template_owned(TEMPLATE_NAME, checked)
@@ -567,6 +781,49 @@ fn alias_reasoning(message: Map) -> Map {
         out.insert(k, v);
     }
     out.insert(Value::from("reasoning_content"), reasoning);
+    out
+}
+
+/// Two lexer differences of Jinja2 from minijinja, applied to the source:
+/// * Jinja2 turns every `\r\n` and `\r` of template text and string literals into `\n`;
+/// * with `trim_blocks`, minijinja drops a newline right after `{% raw %}`, Jinja2 keeps it
+///   (its raw tag takes no part in block trimming): one more newline is put there for
+///   minijinja to drop.
+fn jinja2_lexing(source: &str) -> String {
+    let text = if source.contains('\r') {
+        source.replace("\r\n", "\n").replace('\r', "\n")
+    } else {
+        source.to_owned()
+    };
+    if !text.contains("raw") {
+        return text;
+    }
+    // raw blocks are data tokens right after a raw tag (tokenized without trimming)
+    let mut at_raw = Vec::new();
+    let config = minijinja::syntax::SyntaxConfig::default();
+    for token in minijinja::machinery::tokenize(&text, false, config) {
+        let Ok((minijinja::machinery::Token::TemplateData(_), span)) = token else {
+            continue;
+        };
+        let Ok(start) = usize::try_from(span.start_offset) else {
+            continue;
+        };
+        let (Some(before), Some(after)) = (text.get(..start), text.get(start..)) else {
+            continue;
+        };
+        let is_raw_tag = before.strip_suffix("%}").and_then(|b| {
+            let tag = &b[b.rfind("{%")? + 2..];
+            let tag = tag.strip_prefix(['-', '+']).unwrap_or(tag);
+            (tag.trim() == "raw").then_some(())
+        });
+        if is_raw_tag.is_some() && after.starts_with('\n') {
+            at_raw.push(start);
+        }
+    }
+    let mut out = text;
+    for at in at_raw.into_iter().rev() {
+        out.insert(at, '\n');
+    }
     out
 }
 
@@ -923,7 +1180,16 @@ fn trim_filter(value: &Value, chars: Option<Value>) -> Value {
     let chars = chars
         .filter(|c| !c.is_none() && !c.is_undefined())
         .map(|c| py_str(&c));
-    Value::from(py_strip(&s, chars.as_deref()))
+    keep_markup(value, py_strip(&s, chars.as_deref()).to_owned())
+}
+
+/// `text` as a value: a Markup (safe) string when `from` was one.
+fn keep_markup(from: &Value, text: String) -> Value {
+    if from.is_safe() {
+        Value::from_safe_string(text)
+    } else {
+        Value::from(text)
+    }
 }
 
 /// Jinja2's `int(value, default=0, base=10)`: Python's `int()` of the value (a string in
@@ -1485,6 +1751,55 @@ mod tests {
         assert_eq!(
             out.as_deref(),
             Ok("None|True|1.0|[1, \"it's\"]|1e+16|0.0001")
+        );
+    }
+
+    #[test]
+    fn markup_strings_escape_what_is_added_to_them() {
+        // outputs checked against transformers 4.x (Jinja2 3.1, markupsafe)
+        let c = ctx(&[("t", Value::from("<i> & 'q'"))]);
+        for (src, want) in [
+            (
+                "{{ '<p>'|safe + t + '</p>'|safe }}",
+                "<p>&lt;i&gt; &amp; &#39;q&#39;</p>",
+            ),
+            ("{{ t + ('x'|safe) }}", "&lt;i&gt; &amp; &#39;q&#39;x"),
+            ("{{ (t|tojson|safe) + '</x>' }}", "\"<i> & 'q'\"&lt;/x&gt;"),
+            ("{{ ('a'|safe|trim) + '<' }}", "a&lt;"),
+            ("{{ ('a'|safe) ~ '<' }}", "a<"),
+            ("{{ t|e }}", "&lt;i&gt; &amp; &#39;q&#39;"),
+            ("{{ 1 + 2 }}{{ [1] + [2] }}{{ 'a' + 'b' }}", "3[1, 2]ab"),
+        ] {
+            assert_eq!(render(src, c.clone()).as_deref(), Ok(want), "{src}");
+        }
+        // without a Markup filter the source is left as it is
+        let plain = "{{ a + (b) }}";
+        let tree = minijinja::machinery::parse(plain, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        assert_eq!(markup_adds(plain, &tree), plain);
+        let marked = "{{ (a|safe) + (b + c) }}";
+        let tree = minijinja::machinery::parse(marked, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        assert_eq!(
+            markup_adds(marked, &tree),
+            "{{ __promptweave_add((a|safe) , (__promptweave_add(b , c))) }}"
+        );
+    }
+
+    #[test]
+    fn jinja2_lexing_of_newlines() {
+        assert_eq!(jinja2_lexing("a\r\nb\rc"), "a\nb\nc");
+        assert_eq!(
+            jinja2_lexing("{% raw %}\nx{% endraw %}"),
+            "{% raw %}\n\nx{% endraw %}"
+        );
+        assert_eq!(
+            jinja2_lexing("{% raw -%}\nx{% endraw %}"),
+            "{% raw -%}\nx{% endraw %}"
+        );
+        assert_eq!(jinja2_lexing("{# {% raw %} #}\nx"), "{# {% raw %} #}\nx");
+        let c = ctx(&[]);
+        assert_eq!(
+            render("{% raw %}\n{{ x }}{% endraw %}\r\ny", c).as_deref(),
+            Ok("\n{{ x }}y")
         );
     }
 
