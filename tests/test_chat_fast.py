@@ -329,7 +329,8 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         True,
     ),
     "carriage_returns": (
-        "A\r\n{% for m in messages %}{{ m.role }}\r\n{% endfor %}{{ 'x\ry\r\nz' }}\rB", True
+        "A\r\n{% for m in messages %}{{ m.role }}\r\n{% endfor %}{{ 'x\ry\r\nz' }}\rB",
+        True,
     ),
 }
 
