@@ -1,5 +1,6 @@
 """Stub of the Rust extension module (hand-written; checked with mypy.stubtest)."""
 
+from collections.abc import Callable
 from typing import Any, final
 
 __version__: str
@@ -118,6 +119,12 @@ class CompiledChatTemplate:
         continue_final: str | None = None,
         threads: int | None = None,
     ) -> list[str]: ...
+
+def render_raw_rows(
+    rows: list[Any], indices: list[Any], shape_of: Callable[[Any], Any]
+) -> list[list[dict[str, Any]]] | None:
+    """``RawPromptTemplate`` rows for an API parser: per row the messages of
+    ``shape_of(indices[i])`` copied, slot contents formatted with the row."""
 
 def render_mm_rows(
     rows: list[dict[str, Any]],

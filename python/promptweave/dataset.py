@@ -543,7 +543,12 @@ class DatasetRenderer:
             if self.mode == "gen" and self.output_column is not None:
                 slots.discard(self.output_column)
         if slots:
-            check(slots, list(enumerate(test[:1] if uniform else test)), "test")
+            if uniform:
+                check(slots, list(enumerate(test[:1])), "test")
+            else:
+                # only the rows that lack a slot are listed (a keys view compares with a set)
+                lacking = [i for i, row in enumerate(test) if not row.keys() >= slots]
+                check(slots, [(i, test[i]) for i in lacking], "test")
             if uniform and test and missing:
                 missing = {k: v * len(test) for k, v in missing.items()}
         if self.ice_template is not None:
@@ -668,6 +673,13 @@ class DatasetRenderer:
             return None
         meta = self.parser.meta_template
         prefix = meta if meta and isinstance(meta, list) else None
+        if prefix is None:
+
+            def shape_of(idx: list[int]) -> Any:
+                return self._raw_shape(plan, retriever._generate_ice(idx, it))
+
+            # per distinct index list, its shape; per row, the copies and formats in Rust
+            return _core.render_raw_rows(test, indices, shape_of)
         # id(index list) -> (messages to copy, [(position, content to format)])
         rows_of: dict[int, tuple[list[dict[str, Any]], list[tuple[int, str]]]] = {}
         fmt = _core.safe_format

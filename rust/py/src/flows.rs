@@ -12,6 +12,7 @@ use pyo3::types::{PyAnyMethods, PyDict, PyList, PyString, PyTuple};
 
 use promptweave_core::markers::{self, Modality};
 
+use crate::convert::RowStrings;
 use crate::errors::{marker_error, unsupported};
 
 /// How the part of one modality is built from its `prompt_mm` template.
@@ -173,4 +174,107 @@ pub(crate) fn render_mm_rows<'py>(
         }
     }
     Ok(out)
+}
+
+/// The messages of rows sharing one list of in-context examples: the dicts to copy, and
+/// `(position, content)` where a content is formatted with the row.
+struct RawShape<'py> {
+    flat: Vec<Bound<'py, PyDict>>,
+    slots: Vec<(usize, Bound<'py, PyString>)>,
+}
+
+impl<'py> RawShape<'py> {
+    fn from_py(shape: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let shape = shape.cast::<PyTuple>()?;
+        let flat = shape
+            .get_item(0)?
+            .cast::<PyList>()?
+            .iter()
+            .map(|d| Ok(d.cast_into::<PyDict>()?))
+            .collect::<PyResult<Vec<_>>>()?;
+        let slots = shape
+            .get_item(1)?
+            .cast::<PyList>()?
+            .iter()
+            .map(|slot| {
+                let slot = slot.cast::<PyTuple>()?;
+                let pos: usize = slot.get_item(0)?.extract()?;
+                let content = slot.get_item(1)?.cast_into::<PyString>()?;
+                if pos >= flat.len() {
+                    return Err(unsupported("a slot past the messages"));
+                }
+                Ok((pos, content))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Self { flat, slots })
+    }
+}
+
+/// `render_raw_rows(rows, indices, shape_of)`: the model input of each row of an OpenCompass
+/// `RawPromptTemplate` for an API parser: the messages of `shape_of(indices[i])` (called once
+/// per distinct list object; `(flat, slots)`, or `None` to give up) copied, the slot contents
+/// formatted with the row (`safe_format`). `None` when a row is not of the plain form (the
+/// mirrored classes then render every row).
+#[pyfunction]
+pub(crate) fn render_raw_rows<'py>(
+    rows: &Bound<'py, PyList>,
+    indices: &Bound<'py, PyList>,
+    shape_of: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let py = rows.py();
+    if rows.len() != indices.len() {
+        return Err(unsupported("one index list per row"));
+    }
+    let input_str = pyo3::intern!(py, "input_str");
+    let content_key = pyo3::intern!(py, "content");
+    // shapes by index-list object (held, so that an address seen again is the same object)
+    let mut shapes: Vec<(Bound<'py, PyAny>, RawShape<'py>)> = Vec::new();
+    let mut by_object: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let out = PyList::empty(py);
+    for (row, idx) in rows.iter().zip(indices.iter()) {
+        let at = if let Some(&at) = by_object.get(&(idx.as_ptr() as usize)) {
+            at
+        } else {
+            let shape = shape_of.call1((&idx,))?;
+            if shape.is_none() {
+                return Ok(None);
+            }
+            let at = shapes.len();
+            by_object.insert(idx.as_ptr() as usize, at);
+            shapes.push((idx, RawShape::from_py(&shape)?));
+            at
+        };
+        let shape = &shapes[at].1;
+        let messages = PyList::empty(py);
+        for d in &shape.flat {
+            messages.append(d.copy()?)?;
+        }
+        if !shape.slots.is_empty() {
+            let Ok(row) = row.cast_exact::<PyDict>() else {
+                return Ok(None);
+            };
+            if row.contains(input_str)? {
+                return Ok(None);
+            }
+            if !row.is_empty() {
+                let strings = RowStrings::from_dict(row)?;
+                let entries = strings.entries();
+                for (pos, content) in &shape.slots {
+                    let text = content
+                        .to_str()
+                        .map_err(|_| unsupported("content that is not valid UTF-8"))?;
+                    let msg = messages.get_item(*pos)?;
+                    let msg = msg.cast::<PyDict>()?;
+                    // unchanged text: the copy already holds the template's string object
+                    if let std::borrow::Cow::Owned(s) =
+                        promptweave_core::safe_format(text, &entries)
+                    {
+                        msg.set_item(content_key, s)?;
+                    }
+                }
+            }
+        }
+        out.append(messages)?;
+    }
+    Ok(Some(out))
 }

@@ -20,7 +20,7 @@ mod _core {
     #[pymodule_export]
     use crate::errors::{FallbackRequired, MarkerError};
     #[pymodule_export]
-    use crate::flows::render_mm_rows;
+    use crate::flows::{render_mm_rows, render_raw_rows};
     #[pymodule_export]
     use crate::format::{join_plain, safe_format, single_pass_format};
     #[pymodule_export]
