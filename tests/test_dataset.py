@@ -219,3 +219,68 @@ def test_raw_prompt_template_matches_reference(
         )
         expected.append(parser.parse_template(prompt, mode="gen"))
     assert ours == expected
+
+
+@pytest.mark.parametrize(
+    "retriever",
+    [
+        {"type": "FixKRetriever", "fix_id_list": [0, 2]},
+        {"type": "RandomRetriever", "ice_num": 2, "seed": 3},
+        {"type": "ZeroRetriever"},
+    ],
+)
+def test_raw_batch_equals_row_by_row(
+    retriever: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The raw-messages batch (messages copied and formatted in Rust, one shape per distinct
+    index list) gives the row-by-row result: empty rows, non-str values, braces in values."""
+    from promptweave import _core
+
+    batches: list[int] = []
+    real = _core.render_raw_rows
+
+    def counting(rows: Any, indices: Any, shape_of: Any) -> Any:
+        out = real(rows, indices, shape_of)
+        batches.append(len(out) if out is not None else -1)
+        return out
+
+    monkeypatch.setattr(_core, "render_raw_rows", counting)
+    infer = {
+        "ice_template": {"type": "RawPromptTemplate", "messages": RAW_ICE},
+        "prompt_template": {"type": "RawPromptTemplate", "messages": RAW_MSGS},
+        "retriever": retriever,
+        "inferencer": {"type": "GenInferencer"},
+    }
+    reader = {"input_columns": ["question"], "output_column": "answer"}
+    data: list[dict[str, Any]] = [
+        {"who": f"bot{i}", "question": f"q{i} {{who}}", "answer": f"a{i}"} for i in range(6)
+    ]
+    test = [*data, {}, {"question": 7, "answer": None}, {"question": "é😀 {answer}", "x": 1}]
+    renderer = pw.DatasetRenderer(infer, reader, None, api=True)
+    fast, slow, _ = both(renderer, test, data)
+    assert fast == slow
+    explicit = [[0], [0], [1, 2], [], [0], [5], [1, 2], [], [3]]
+    fast, slow, _ = both(renderer, test, data, ice_indices=explicit)
+    assert fast == slow
+    assert batches == [len(test), len(test)]  # both fast renders were one batch each
+
+
+def test_raw_batch_input_str_row_raises_as_row_by_row() -> None:
+    """A row with an `input_str` column is refused by RawPromptTemplate (TypeError in the
+    reference): the batch leaves it to the mirrored classes, which raise the same."""
+    infer = {
+        "prompt_template": {"type": "RawPromptTemplate", "messages": RAW_MSGS},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    reader = {"input_columns": ["question"], "output_column": "answer"}
+    test = [{"question": "q", "answer": "a"}, {"question": "q", "input_str": "x", "answer": "a"}]
+    renderer = pw.DatasetRenderer(infer, reader, None, api=True)
+    with pytest.raises(TypeError, match="input_str"):
+        renderer.render(test)
+    _backend.FORCE_PYTHON = True
+    try:
+        with pytest.raises(TypeError, match="input_str"):
+            renderer.render(test)
+    finally:
+        _backend.FORCE_PYTHON = False
