@@ -454,7 +454,29 @@ pub(crate) fn render_dataset<'py>(
         prompt_list: prompt_list.clone(),
     };
     let mut compiled: HashMap<(usize, usize), Made<'py>> = HashMap::new();
-    let mut outputs: Vec<Option<Bound<'py, PyAny>>> = vec![None; rows * per_row];
+    if ppl_label_objects.is_some_and(|labels| labels.len() != per_row) {
+        return Err(unsupported("one label object per ppl label"));
+    }
+    // the result list is made at its full size and filled in place (row by row, and the
+    // pending rows after): no list growth, no second table of every output
+    let list = PyList::new(py, (0..rows).map(|_| py.None()))?;
+    let put = |row: usize, outs: &mut Vec<Bound<'py, PyAny>>| -> PyResult<()> {
+        let value = match ppl_label_objects {
+            None => outs
+                .drain(..)
+                .next()
+                .ok_or_else(|| unsupported("missing output"))?,
+            Some(labels) => {
+                let d = PyDict::new(py);
+                for (label, out) in labels.iter().zip(outs.drain(..)) {
+                    d.set_item(label, out)?;
+                }
+                d.into_any()
+            }
+        };
+        list.set_item(row, value)
+    };
+    let mut row_outs: Vec<Bound<'py, PyAny>> = Vec::with_capacity(per_row);
     let mut pending: Vec<usize> = Vec::new();
     let mut cells: Vec<Option<Bound<'py, PyString>>> = Vec::new();
     let mut row_cells: Vec<Bound<'py, PyAny>> = Vec::new();
@@ -463,6 +485,7 @@ pub(crate) fn render_dataset<'py>(
         let mut complete = true;
         cells.clear();
         cells.resize(test.width(), None);
+        row_outs.clear();
         for k in 0..per_row {
             let Some(program) = prepared.program(g, k) else {
                 complete = false;
@@ -473,13 +496,15 @@ pub(crate) fn render_dataset<'py>(
                 test.row_into(row, &mut row_cells)?;
             }
             if let Some(out) = assembler.assemble(m, &row_cells, &mut cells)? {
-                outputs[row * per_row + k] = Some(out);
+                row_outs.push(out);
             } else {
                 complete = false;
                 break;
             }
         }
-        if !complete {
+        if complete {
+            put(row, &mut row_outs)?;
+        } else {
             pending.push(row);
         }
     }
@@ -501,37 +526,14 @@ pub(crate) fn render_dataset<'py>(
         };
         let mut rendered = rendered.into_iter();
         for &row in &pending {
-            for k in 0..per_row {
+            row_outs.clear();
+            for _ in 0..per_row {
                 let out = rendered
                     .next()
                     .ok_or_else(|| unsupported("missing output"))?;
-                outputs[row * per_row + k] = Some(maker.make(out)?);
+                row_outs.push(maker.make(out)?);
             }
-        }
-    }
-
-    let list = PyList::empty(py);
-    let mut outputs = outputs.into_iter();
-    for _ in 0..rows {
-        match ppl_label_objects {
-            None => {
-                let out = outputs
-                    .next()
-                    .flatten()
-                    .ok_or_else(|| unsupported("missing output"))?;
-                list.append(out)?;
-            }
-            Some(labels) => {
-                let d = PyDict::new(py);
-                for label in labels.iter() {
-                    let out = outputs
-                        .next()
-                        .flatten()
-                        .ok_or_else(|| unsupported("missing output"))?;
-                    d.set_item(label, out)?;
-                }
-                list.append(d)?;
-            }
+            put(row, &mut row_outs)?;
         }
     }
     Ok(list)
