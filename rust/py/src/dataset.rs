@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString};
 
 use promptweave_core::{
     Compiled, Flavor, IceGroups, Job, Output, Parser, Prepared, Program, Segment, Table, Task,
@@ -149,10 +149,12 @@ enum Piece<'py> {
     Col(Option<usize>),
 }
 
-/// A program's text: one shared string when it has no slot, else its pieces.
+/// A program's text: one shared string when it has no slot, else its pieces (and a list of
+/// as many items, refilled for each output: `str.join` takes a list as it is, so no container
+/// is made per output).
 enum Text<'py> {
     Shared(Bound<'py, PyString>),
-    Pieces(Vec<Piece<'py>>),
+    Pieces(Vec<Piece<'py>>, Bound<'py, PyList>),
 }
 
 /// A compiled output in Python objects.
@@ -164,32 +166,32 @@ enum Made<'py> {
     },
 }
 
-fn text<'py>(py: Python<'py>, program: &Program) -> Text<'py> {
+fn text<'py>(py: Python<'py>, program: &Program) -> PyResult<Text<'py>> {
     if let Some(lit) = program.literal() {
-        return Text::Shared(PyString::new(py, lit));
+        return Ok(Text::Shared(PyString::new(py, lit)));
     }
-    Text::Pieces(
-        program
-            .segments()
-            .map(|s| match s {
-                Segment::Lit(t) => Piece::Lit(PyString::new(py, t)),
-                Segment::Col(c) => Piece::Col(c),
-            })
-            .collect(),
-    )
+    let pieces: Vec<Piece<'py>> = program
+        .segments()
+        .map(|s| match s {
+            Segment::Lit(t) => Piece::Lit(PyString::new(py, t)),
+            Segment::Col(c) => Piece::Col(c),
+        })
+        .collect();
+    let scratch = PyList::new(py, pieces.iter().map(|_| py.None()))?;
+    Ok(Text::Pieces(pieces, scratch))
 }
 
-fn made<'py>(py: Python<'py>, compiled: &Compiled) -> Made<'py> {
-    match compiled {
-        Compiled::Text(p) => Made::Text(text(py, p)),
+fn made<'py>(py: Python<'py>, compiled: &Compiled) -> PyResult<Made<'py>> {
+    Ok(match compiled {
+        Compiled::Text(p) => Made::Text(text(py, p)?),
         Compiled::Messages { begin, messages } => Made::Messages {
             begin: begin.as_deref().map(|b| PyString::new(py, b)),
             messages: messages
                 .iter()
-                .map(|(role, p)| (PyString::new(py, role), text(py, p)))
-                .collect(),
+                .map(|(role, p)| Ok((PyString::new(py, role), text(py, p)?)))
+                .collect::<PyResult<_>>()?,
         },
-    }
+    })
 }
 
 /// What the program path needs per row.
@@ -210,7 +212,7 @@ impl<'py> Assembler<'py> {
         raw: &[Bound<'py, PyAny>],
         cells: &mut [Option<Bound<'py, PyString>>],
     ) -> PyResult<bool> {
-        let Text::Pieces(pieces) = text else {
+        let Text::Pieces(pieces, _) = text else {
             return Ok(true);
         };
         for p in pieces {
@@ -237,16 +239,19 @@ impl<'py> Assembler<'py> {
     ) -> PyResult<Bound<'py, PyAny>> {
         match text {
             Text::Shared(s) => Ok(s.clone().into_any()),
-            Text::Pieces(pieces) => {
-                let parts = pieces.iter().map(|p| match p {
-                    Piece::Lit(s) => s,
-                    Piece::Col(None) => &self.mask,
-                    // filled and checked by `usable`
-                    Piece::Col(Some(i)) => {
-                        cells.get(*i).and_then(Option::as_ref).unwrap_or(&self.mask)
-                    }
-                });
-                self.join.call1((PyTuple::new(self.join.py(), parts)?,))
+            Text::Pieces(pieces, scratch) => {
+                for (at, p) in pieces.iter().enumerate() {
+                    let part = match p {
+                        Piece::Lit(s) => s,
+                        Piece::Col(None) => &self.mask,
+                        // filled and checked by `usable`
+                        Piece::Col(Some(i)) => {
+                            cells.get(*i).and_then(Option::as_ref).unwrap_or(&self.mask)
+                        }
+                    };
+                    scratch.set_item(at, part)?;
+                }
+                self.join.call1((scratch,))
             }
         }
     }
@@ -491,7 +496,10 @@ pub(crate) fn render_dataset<'py>(
                 complete = false;
                 break;
             };
-            let m = compiled.entry((g, k)).or_insert_with(|| made(py, program));
+            let m = match compiled.entry((g, k)) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(made(py, program)?),
+            };
             if k == 0 {
                 test.row_into(row, &mut row_cells)?;
             }
