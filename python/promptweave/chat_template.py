@@ -182,6 +182,8 @@ class ChatTemplate:
         self.system: SystemHandling = system
         self.system_separator = system_separator
         self._compiled: dict[str, CompiledChatTemplate] = {}
+        # the template a call without `chat_template` and `tools` uses, once selected
+        self._default_compiled: CompiledChatTemplate | None = None
         # compile eagerly so a broken template fails here, as transformers fails on first use
         for source in self._sources():
             self._compile(source)
@@ -410,6 +412,26 @@ class ChatTemplate:
 
         ``extra`` keyword arguments are template variables (they override special tokens).
         """
+        if (
+            type(messages) is list
+            and messages
+            and continue_final_message is False
+            and tools is None
+            and documents is None
+            and chat_template is None
+            and not extra
+            and self.system == "keep"
+        ):
+            # the usual call (nothing to check or convert): the default template and the
+            # remembered variables
+            default = self._default_compiled
+            if default is None:
+                default = self._default_compiled = self._select(None, None)
+            variables = self._variables(None, None, extra)
+            out = default.render(messages, variables, add_generation_prompt)
+            if self.tokenizer_adds_bos:
+                self._check_bos(out, None)
+            return out
         # transformers' order of checks: template, empty chat, continue, tools and documents
         compiled = self._select(chat_template, tools)
         chat = self._conversation(messages, None)
