@@ -342,6 +342,21 @@ def test_render_sees_special_tokens_changed_after_construction() -> None:
     assert t.render(tuple(msgs)) == t.render_many([msgs])[0] == f"<bos>{text}</s>"
 
 
+def test_render_follows_settings_changed_after_construction() -> None:
+    """The usual call takes a shortcut; changing ``system`` or ``tokenizer_adds_bos`` on the
+    object afterwards still changes what ``render`` does."""
+    t = ChatTemplate("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    assert t.render(msgs) == "[system]S[user]U"
+    t.system = "merge"
+    assert t.render(msgs) == t.render_many([msgs])[0] == "[user]S\n\nU"
+    b = ChatTemplate(BOS_TMPL, bos_token="<s>")
+    b.render(msgs)
+    b.tokenizer_adds_bos = True
+    with pytest.warns(DoubleBosWarning):
+        b.render(msgs)
+
+
 def test_double_bos_modes() -> None:
     msgs = [chat_corpus.USER1]
     with pytest.warns(DoubleBosWarning):
