@@ -205,45 +205,93 @@ fn balanced(text: &str) -> bool {
     stack.is_empty()
 }
 
-/// `source` with every `for` loop's iterable expression wrapped in [`LOOP_GUARD`] (so that
-/// iterating `None` fails as in Jinja2), found through its parse tree `tree`. A loop whose
-/// iterable's text is not a whole, bracket-balanced expression (one in parentheses, say) is
-/// left as it is; so is the whole source when the wrapped text would not parse.
-fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
-    fn collect(s: &ast::Stmt<'_>, out: &mut Vec<(usize, usize)>) {
+/// One edit of the template source: `text` put at byte `at`, in place of `cut` bytes there.
+#[derive(Clone)]
+struct Edit {
+    at: usize,
+    /// at one position: the closing parts of wrappers (0), then opening parts (1), then a
+    /// replaced operator (2)
+    phase: u8,
+    /// within a phase: closing parts inner first, opening parts outer first
+    order: i64,
+    text: String,
+    cut: usize,
+}
+
+/// The two edits that wrap `start..end` in a call to `function`; `outer` decides between two
+/// wrappers of the same text (a loop guard goes around a `+` that is the whole iterable).
+fn wrap(start: usize, end: usize, function: &str, outer: bool) -> [Edit; 2] {
+    let level = i64::try_from(end - start)
+        .unwrap_or(i64::MAX / 2)
+        .saturating_mul(2)
+        .saturating_add(i64::from(outer));
+    [
+        Edit {
+            at: start,
+            phase: 1,
+            order: -level,
+            text: format!("{function}("),
+            cut: 0,
+        },
+        Edit {
+            at: end,
+            phase: 0,
+            order: level,
+            text: ")".to_owned(),
+            cut: 0,
+        },
+    ]
+}
+
+/// `source` with `edits` made, when the result parses (`None` when it does not).
+fn apply_edits(source: &str, mut edits: Vec<Edit>) -> Option<String> {
+    if edits.is_empty() {
+        return Some(source.to_owned());
+    }
+    edits.sort_by_key(|e| (e.at, e.phase, e.order));
+    let mut out = String::with_capacity(source.len() + edits.len() * 20);
+    let mut at = 0;
+    for e in &edits {
+        out.push_str(source.get(at..e.at)?);
+        out.push_str(&e.text);
+        at = e.at + e.cut;
+    }
+    out.push_str(source.get(at..)?);
+    let config = syntax().ok()?;
+    minijinja::machinery::parse(&out, TEMPLATE_NAME, config)
+        .is_ok()
+        .then_some(out)
+}
+
+/// The edits that wrap every `for` loop's iterable expression in [`LOOP_GUARD`] (so that
+/// iterating `None` fails as in Jinja2), found through the parse tree `tree` of `source`. A
+/// loop whose iterable's text is not a whole, bracket-balanced expression (one in
+/// parentheses, say) is left as it is.
+fn loop_guard_edits(source: &str, tree: &ast::Stmt<'_>) -> Vec<Edit> {
+    fn collect(source: &str, s: &ast::Stmt<'_>, out: &mut Vec<Edit>) {
         if let ast::Stmt::ForLoop(f) = s {
             let (a, b) = extent(&f.iter);
             if let (Ok(a), Ok(b)) = (usize::try_from(a), usize::try_from(b)) {
-                out.push((a, b));
+                if source.get(a..b).is_some_and(balanced) {
+                    out.extend(wrap(a, b, LOOP_GUARD, true));
+                }
             }
         }
         for body in stmt_parts(s).1 {
             for child in body {
-                collect(child, out);
+                collect(source, child, out);
             }
         }
     }
-    let mut spans = Vec::new();
-    collect(tree, &mut spans);
-    if spans.is_empty() {
-        return source.to_owned();
-    }
-    // from the end, so that earlier offsets stay valid (iterables never nest)
-    spans.sort_unstable_by(|a, b| b.cmp(a));
-    let mut out = source.to_owned();
-    for (a, b) in spans {
-        let Some(text) = source.get(a..b) else {
-            return source.to_owned();
-        };
-        if !balanced(text) {
-            continue;
-        }
-        out.insert(b, ')');
-        out.insert_str(a, &format!("{LOOP_GUARD}("));
-    }
-    let parses = syntax()
-        .is_ok_and(|config| minijinja::machinery::parse(&out, TEMPLATE_NAME, config).is_ok());
-    if parses { out } else { source.to_owned() }
+    let mut edits = Vec::new();
+    collect(source, tree, &mut edits);
+    edits
+}
+
+/// `source` with its loops guarded ([`loop_guard_edits`]); as it is when that would not parse.
+#[cfg(test)]
+fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
+    apply_edits(source, loop_guard_edits(source, tree)).unwrap_or_else(|| source.to_owned())
 }
 
 /// The function every `+` passes through in the full engine when the template makes Markup
@@ -327,14 +375,13 @@ fn visit_exprs<'a>(stmt: &'a ast::Stmt<'a>, f: &mut impl FnMut(&'a ast::Expr<'a>
     }
 }
 
-/// `source` with every `a + b` turned into `__promptweave_add(a, b)` when the template makes
+/// The edits that turn every `a + b` into `__promptweave_add(a, b)` when the template makes
 /// Markup strings (a `safe` or `escape` filter): in Jinja2 a Markup string added to a plain
 /// one escapes the plain one (`"<p>"|safe + text` escapes `text`), which minijinja's `+` does
-/// not do. Templates without those filters, and any source the rewrite would not leave
-/// parseable, are returned as they are.
-fn markup_adds(source: &str, tree: &ast::Stmt<'_>) -> String {
+/// not do. `None` for templates without those filters, or with a `+` not found in the text.
+fn markup_add_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
     let mut markup = false;
-    let mut adds: Vec<(usize, usize, usize)> = Vec::new();
+    let mut edits = Vec::new();
     let mut ok = true;
     visit_exprs(tree, &mut |e| match e {
         ast::Expr::Filter(f) if MARKUP_FILTERS.contains(&f.name) => markup = true,
@@ -356,38 +403,30 @@ fn markup_adds(source: &str, tree: &ast::Stmt<'_>) -> String {
                     .map(|(i, _)| left_end + i)
             });
             match op {
-                Some(op) if start < op && op < end => adds.push((start, op, end)),
+                Some(op) if start < op && op < end => {
+                    edits.extend(wrap(start, end, MARKUP_ADD, false));
+                    edits.push(Edit {
+                        at: op,
+                        phase: 2,
+                        order: 0,
+                        text: ",".to_owned(),
+                        cut: 1,
+                    });
+                }
                 _ => ok = false,
             }
         }
         _ => {}
     });
-    if !markup || adds.is_empty() || !ok {
-        return source.to_owned();
-    }
-    // edits by position; at one position closing parentheses go before opening calls
-    let mut edits: Vec<(usize, u8, &str)> = Vec::with_capacity(adds.len() * 3);
-    for &(start, op, end) in &adds {
-        edits.push((start, 1, "__promptweave_add("));
-        edits.push((op, 2, ","));
-        edits.push((end, 0, ")"));
-    }
-    edits.sort_by_key(|&(at, order, _)| (at, order));
-    let mut out = String::with_capacity(source.len() + edits.len() * 20);
-    let mut at = 0;
-    for (pos, order, text) in edits {
-        let Some(chunk) = source.get(at..pos) else {
-            return source.to_owned();
-        };
-        out.push_str(chunk);
-        out.push_str(text);
-        // the operator's own character is replaced
-        at = if order == 2 { pos + 1 } else { pos };
-    }
-    out.push_str(source.get(at..).unwrap_or_default());
-    let parses = syntax()
-        .is_ok_and(|config| minijinja::machinery::parse(&out, TEMPLATE_NAME, config).is_ok());
-    if parses { out } else { source.to_owned() }
+    (markup && ok && !edits.is_empty()).then_some(edits)
+}
+
+/// `source` with its additions rewritten ([`markup_add_edits`]); as it is otherwise.
+#[cfg(test)]
+fn markup_adds(source: &str, tree: &ast::Stmt<'_>) -> String {
+    markup_add_edits(source, tree)
+        .and_then(|edits| apply_edits(source, edits))
+        .unwrap_or_else(|| source.to_owned())
 }
 
 /// markupsafe's `escape`: `&`, `<`, `>`, `'` and `"` as HTML entities.
@@ -419,7 +458,7 @@ fn markup_text(v: &Value) -> Option<String> {
 /// `a + b` with Jinja2's Markup rules: a Markup string and a plain string make a Markup string
 /// with the plain one escaped; anything else is minijinja's `+`.
 fn markup_add(a: &Value, b: &Value) -> Result<Value, Error> {
-    if (a.is_safe() || b.is_safe()) && a.as_str().is_some() && b.as_str().is_some() {
+    if a.is_safe() || b.is_safe() {
         if let (Some(x), Some(y)) = (markup_text(a), markup_text(b)) {
             return Ok(Value::from_safe_string(x + &y));
         }
@@ -509,16 +548,15 @@ impl ChatTemplate {
                     let fast = FastTemplate::compile(&tree)
                         .filter(FastTemplate::is_useful)
                         .map(Arc::new);
-                    let marked = markup_adds(&rewritten, &tree);
-                    let checked = if marked == rewritten {
-                        guard_loops(&rewritten, &tree)
-                    } else {
-                        match minijinja::machinery::parse(&marked, TEMPLATE_NAME, syntax()?) {
-                            Ok(tree) => guard_loops(&marked, &tree),
-                            Err(_) => guard_loops(&rewritten, &tree),
-                        }
-                    };
-                    (fast, checked)
+                    // the loop guards and the Markup additions in one edit of the source; the
+                    // guards alone if that does not parse, nothing if they do not either
+                    let guards = loop_guard_edits(&rewritten, &tree);
+                    let all = markup_add_edits(&rewritten, &tree)
+                        .map(|adds| guards.iter().cloned().chain(adds).collect());
+                    let checked = all
+                        .and_then(|edits| apply_edits(&rewritten, edits))
+                        .or_else(|| apply_edits(&rewritten, guards));
+                    (fast, checked.unwrap_or(rewritten))
                 }
                 Err(_) => (None, rewritten),
             };
