@@ -98,17 +98,6 @@ fn marker(d: &Bound<'_, PyDict>) -> PyResult<Option<Marker>> {
     }
 }
 
-/// The section and position names, as interned Python strings.
-fn name_str<'py>(py: Python<'py>, name: &'static str) -> Bound<'py, PyString> {
-    match name {
-        "begin" => intern!(py, "begin").clone(),
-        "end" => intern!(py, "end").clone(),
-        "round" => intern!(py, "round").clone(),
-        "ice" => intern!(py, "ice").clone(),
-        other => PyString::intern(py, other),
-    }
-}
-
 /// A marker name given as one of the interned name strings (as in markers this module made, and
 /// in dict literals of Python code): found by identity, without reading its text.
 fn known_name(value: &Bound<'_, PyAny>) -> Option<&'static str> {
@@ -118,7 +107,7 @@ fn known_name(value: &Bound<'_, PyAny>) -> Option<&'static str> {
     let interned = INTERNED.get_or_init(py, || {
         NAMES
             .iter()
-            .map(|&name| name_str(py, name).unbind())
+            .map(|&name| PyString::intern(py, name).unbind())
             .collect()
     });
     interned
@@ -358,8 +347,8 @@ fn marker_dict(py: Python<'_>, m: Marker) -> PyResult<Bound<'_, PyDict>> {
         for section in SECTIONS {
             for pos in POSITIONS {
                 let d = PyDict::new(py);
-                d.set_item(intern!(py, "section"), name_str(py, section.name()))?;
-                d.set_item(intern!(py, "pos"), name_str(py, pos.name()))?;
+                d.set_item(intern!(py, "section"), PyString::intern(py, section.name()))?;
+                d.set_item(intern!(py, "pos"), PyString::intern(py, pos.name()))?;
                 v.push(d.unbind());
             }
         }
@@ -429,11 +418,7 @@ fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
     let key = intern!(py, "prompt");
     if let Some(old) = d.get_item(key)? {
         if let Ok(old) = old.cast::<PyString>() {
-            // a prompt passed through unchanged borrows the old string's own UTF-8 form
-            if old
-                .to_str()
-                .is_ok_and(|o| (o.as_ptr() == p.as_ptr() && o.len() == p.len()) || o == p)
-            {
+            if old.to_str().is_ok_and(|o| o == p) {
                 return Ok(());
             }
         }
