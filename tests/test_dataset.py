@@ -229,8 +229,13 @@ def test_raw_prompt_template_matches_reference(
         {"type": "ZeroRetriever"},
     ],
 )
+@pytest.mark.parametrize(
+    "meta",
+    [None, [{"role": "system", "content": "SYS "}, {"role": "user", "content": "U: "}]],
+    ids=["no-meta", "prefix-meta"],
+)
 def test_raw_batch_equals_row_by_row(
-    retriever: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    retriever: dict[str, Any], meta: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The raw-messages batch (messages copied and formatted in Rust, one shape per distinct
     index list) gives the row-by-row result: empty rows, non-str values, braces in values."""
@@ -256,7 +261,7 @@ def test_raw_batch_equals_row_by_row(
         {"who": f"bot{i}", "question": f"q{i} {{who}}", "answer": f"a{i}"} for i in range(6)
     ]
     test = [*data, {}, {"question": 7, "answer": None}, {"question": "é😀 {answer}", "x": 1}]
-    renderer = pw.DatasetRenderer(infer, reader, None, api=True)
+    renderer = pw.DatasetRenderer(infer, reader, meta, api=True)
     fast, slow, _ = both(renderer, test, data)
     assert fast == slow
     explicit = [[0], [0], [1, 2], [], [0], [5], [1, 2], [], [3]]

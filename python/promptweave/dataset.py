@@ -672,37 +672,15 @@ class DatasetRenderer:
         if plan is None:
             return None
         meta = self.parser.meta_template
-        prefix = meta if meta and isinstance(meta, list) else None
-        if prefix is None:
 
-            def shape_of(idx: list[int]) -> Any:
-                return self._raw_shape(plan, retriever._generate_ice(idx, it))
+        def shape_of(idx: list[int]) -> Any:
+            return self._raw_shape(plan, retriever._generate_ice(idx, it))
 
-            # per distinct index list, its shape; per row, the copies and formats in Rust
-            return _core.render_raw_rows(test, indices, shape_of)
-        # id(index list) -> (messages to copy, [(position, content to format)])
-        rows_of: dict[int, tuple[list[dict[str, Any]], list[tuple[int, str]]]] = {}
-        fmt = _core.safe_format
-        copy_msg = dict.copy
-        out: list[Any] = []
-        append = out.append
-        for row, idx in zip(test, indices, strict=True):
-            shape = rows_of.get(id(idx))
-            if shape is None:
-                shape = self._raw_shape(plan, retriever._generate_ice(idx, it))
-                if shape is None:
-                    return None
-                rows_of[id(idx)] = shape
-            flat, slots = shape
-            messages = list(map(copy_msg, flat))
-            if slots:
-                if type(row) is not dict or "input_str" in row:
-                    return None
-                for pos, content in slots:
-                    messages[pos]["content"] = fmt(content, row) if row else content
-            if prefix is not None:
-                messages = _fallback_merge_prefix(prefix, messages)
-            append(messages)
+        # per distinct index list, its shape; per row, the copies and formats in Rust
+        out = _core.render_raw_rows(test, indices, shape_of)
+        if out is not None and meta and isinstance(meta, list):
+            # an API meta template of prefix messages, merged into each row's own copies
+            out = [_fallback_merge_prefix(meta, messages) for messages in out]
         return out
 
     @staticmethod
