@@ -166,7 +166,9 @@ class LMTemplateParser(_BaseParser):
                 try:
                     return compiled.render_lm(prompt_template, mode == "gen")
                 except _core.FallbackRequired:
-                    pass
+                    # the checks below would pass and call the core again: straight to Python
+                    _backend.note_fallback()
+                    return _fallback.lm_parse(self, prompt_template, mode)
         self._check_input(prompt_template)
         if not isinstance(prompt_template, str) and not is_prompt_list(prompt_template):
             return [self.parse_template(p, mode=mode) for p in prompt_template]
