@@ -1305,9 +1305,10 @@ const STR_ATTRS: [&str; 47] = [
 /// and undefined on a string -- where the name is no attribute of `str` (a string has no
 /// items by name). Anything else gives up.
 fn member<'a>(x: &V<'a>, key: &str) -> R<V<'a>> {
+    if let Some(d) = DictRef::of(x) {
+        return dict_item(d, key);
+    }
     match x {
-        V::Msg(m) => dict_item(DictRef::Msg(m), key),
-        V::Dict(d) => dict_item(DictRef::Made(d), key),
         V::Str(_) if key.starts_with('_') || STR_ATTRS.contains(&key) => Err(Bail),
         V::Str(_) => Ok(V::Undef),
         _ => Err(Bail),
