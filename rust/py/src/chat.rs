@@ -402,13 +402,10 @@ impl<'py> Borrowed<'py> {
 fn message_views<'f>(
     fields: &'f [(&'f str, Scalar<'f>)],
     ranges: &[(usize, usize)],
-) -> Vec<FastMessage<'f>> {
-    ranges
-        .iter()
-        .map(|&(a, b)| FastMessage {
-            fields: fields.get(a..b).unwrap_or_default(),
-        })
-        .collect()
+) -> impl Iterator<Item = FastMessage<'f>> {
+    ranges.iter().map(|&(a, b)| FastMessage {
+        fields: fields.get(a..b).unwrap_or_default(),
+    })
 }
 
 /// One conversation ready for rendering: plain messages (a range of the block's messages) or
@@ -474,36 +471,26 @@ fn render_chats(
     let mut messages: Vec<FastMessage<'_>> = Vec::new();
     for (i, chat) in chats.iter().enumerate() {
         let at = offset + i;
-        let maps =
-            match (chat, &var_fields) {
-                (Chat::Plain(range), Some(variables)) => {
-                    messages.clear();
-                    messages.extend(plain.messages[range.clone()].iter().map(|&(a, b)| {
-                        FastMessage {
-                            fields: &fields[a..b],
-                        }
-                    }));
-                    let ctx = FastContext {
-                        messages: &messages,
-                        variables,
-                        add_generation_prompt: options.add_generation_prompt,
-                    };
-                    template
-                        .render_plain(&ctx, options.continue_final.as_deref(), &mut out.text)
-                        .map_err(|e| (at, e))?;
-                    out.ends.push(out.text.len());
-                    continue;
-                }
-                (Chat::Plain(range), None) => plain.messages[range.clone()]
-                    .iter()
-                    .map(|&(a, b)| {
-                        plain_map(&FastMessage {
-                            fields: &fields[a..b],
-                        })
-                    })
-                    .collect(),
-                (Chat::Values(maps), _) => maps.clone(),
-            };
+        let maps = match (chat, &var_fields) {
+            (Chat::Plain(range), Some(variables)) => {
+                messages.clear();
+                messages.extend(message_views(&fields, &plain.messages[range.clone()]));
+                let ctx = FastContext {
+                    messages: &messages,
+                    variables,
+                    add_generation_prompt: options.add_generation_prompt,
+                };
+                template
+                    .render_plain(&ctx, options.continue_final.as_deref(), &mut out.text)
+                    .map_err(|e| (at, e))?;
+                out.ends.push(out.text.len());
+                continue;
+            }
+            (Chat::Plain(range), None) => message_views(&fields, &plain.messages[range.clone()])
+                .map(|m| plain_map(&m))
+                .collect(),
+            (Chat::Values(maps), _) => maps.clone(),
+        };
         let rendered = template
             .render_conversation(maps, &vars.values, options)
             .map_err(|e| (at, e))?;
@@ -641,7 +628,7 @@ impl PyChatTemplate {
         let (Some(fields), Some(var_fields)) = (conv.view(), vars.view()) else {
             return Ok(None);
         };
-        let messages = message_views(&fields, &conv.messages);
+        let messages: Vec<_> = message_views(&fields, &conv.messages).collect();
         let ctx = FastContext {
             messages: &messages,
             variables: &var_fields,
@@ -787,7 +774,8 @@ impl PyChatTemplate {
         };
         let fields = block.plain.view();
         let var_fields = plain_vars.view();
-        let messages = message_views(&fields, &block.plain.messages[range.clone()]);
+        let messages: Vec<_> =
+            message_views(&fields, &block.plain.messages[range.clone()]).collect();
         let ctx = FastContext {
             messages: &messages,
             variables: &var_fields,
