@@ -5,7 +5,8 @@ Each workload renders the same 10,000 three-turn conversations (generated, seede
 
 * ``ours-batch`` -- ``ChatTemplate.render_many(conversations)`` (inputs converted with the
   interpreter held, then rendered with it released, on one thread by default);
-* ``ours-batch-2t`` -- the same with ``threads=2``;
+* ``ours-batch-2t`` -- the same with ``threads=2``: pipelined, this thread reading the next
+  block and making the strings of the last while a second thread renders;
 * ``ours-loop`` -- ``ChatTemplate.render(conversation)`` per conversation;
 * ``transformers`` -- ``tokenizer.apply_chat_template(conversation, tokenize=False, ...)`` per
   conversation (what OpenCompass's HF chat models do), on a ``PreTrainedTokenizerFast`` built from

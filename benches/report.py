@@ -262,6 +262,7 @@ def summarize_dataset(data: dict[str, Any]) -> str:
 #: asserted: (engine, bound) -- engine's median / ours-batch's median >= bound, per template
 CHAT_TARGETS: list[tuple[str, float]] = [("transformers", 20.0), ("minijinja-py", 3.0)]
 CHAT_BASE = "ours-batch"
+CHAT_2T = "ours-batch-2t"
 CHAT_ORDER = [
     "ours-batch",
     "ours-batch-2t",
@@ -325,18 +326,26 @@ def summarize_chat(data: dict[str, Any]) -> str:
                 f"{_x(div(cpu, clock(base, 'cpu'))):>11}{_x(div(wall, clock(base, 'wall'))):>11}"
             )
         for engine, bound in CHAT_TARGETS:
-            for which in ("cpu", "wall"):
-                v = div(clock(g.get(engine), which), clock(base, which))
+            # the one-thread batch on both clocks; the pipelined batch on the wall clock (its
+            # CPU time adds up two threads: what it buys is time to the result)
+            for ours, which in ((CHAT_BASE, "cpu"), (CHAT_BASE, "wall"), (CHAT_2T, "wall")):
+                if ours not in g:
+                    continue
+                v = div(clock(g.get(engine), which), clock(g.get(ours), which))
+                label = f"{engine}/{ours} ({which})"
                 verdicts.append(
-                    f"  {w:<7}{engine + '/' + CHAT_BASE + ' (' + which + ')':<32}{_x(v, 2):>9}"
+                    f"  {w:<7}{label:<36}{_x(v, 2):>9}"
                     f"  target >= {bound:g}x  {_verdict(v, '>=', bound)}"
                 )
         for engine in (CHAT_BASE, "transformers", "minijinja-py"):
             v = div(clock(g.get(engine), "cpu"), clock(g.get("floor"), "cpu"))
             if v is not None:
-                floors.append(f"  {w:<7}{engine + '/floor (cpu)':<32}{_x(v, 2):>9}")
+                floors.append(f"  {w:<7}{engine + '/floor (cpu)':<36}{_x(v, 2):>9}")
     lines.append("")
-    lines.append("  Targets (the CPU-time verdict is the conservative one for the 2-thread batch):")
+    lines.append(
+        "  Targets (one thread on both clocks; the pipelined 2-thread batch on the wall clock,"
+    )
+    lines.append("  which needs the second core free):")
     lines.extend(verdicts)
     if floors:
         lines.append("")

@@ -214,9 +214,12 @@ def test_render_many_equals_render(corpus: dict[str, str]) -> None:
         )
 
 
-def test_render_many_input_forms_and_blocks(corpus: dict[str, str]) -> None:
+@pytest.mark.parametrize("threads", [None, 2, 3])
+def test_render_many_input_forms_and_blocks(corpus: dict[str, str], threads: int | None) -> None:
     """Plain and non-plain conversations mixed, tuples, a generator of conversations,
-    ``Conversation``-like objects (``.messages``), and enough text to span many blocks."""
+    ``Conversation``-like objects (``.messages``), and enough text to span many blocks; on one
+    thread and pipelined (whose blocks hold long strings instead of copying them: a generator's
+    conversations are freed after they are read, so what is held must keep them alive)."""
     from dataclasses import dataclass
 
     @dataclass
@@ -243,21 +246,40 @@ def test_render_many_input_forms_and_blocks(corpus: dict[str, str]) -> None:
             Conversation([user]),
         ]
     want = [t.render(getattr(c, "messages", c)) for c in convs]
-    assert t.render_many(convs) == want
-    assert t.render_many(c for c in convs) == want
+    assert t.render_many(convs, threads=threads) == want
+    assert t.render_many((c for c in convs), threads=threads) == want
+
+    def fresh() -> Any:
+        # every conversation made anew and dropped by the caller once it is read
+        for i in range(200):
+            long = f"{i} " + "y" * (100 + i) + big[: 5_000 * (i % 3)]
+            yield [{"role": "user", "content": long}, {"role": "assistant", "content": long[::-1]}]
+
+    assert t.render_many(fresh(), threads=threads) == [t.render(c) for c in fresh()]
     with pytest.raises(ChatInputError, match=r"^conversation 5: Cannot apply chat template to an"):
-        t.render_many([*convs[:5], []])
+        t.render_many([*convs[:5], []], threads=threads)
     with pytest.raises(ChatInputError, match=r"^conversation 1: Cannot apply"):
-        t.render_many([convs[0], Conversation([])])
+        t.render_many([convs[0], Conversation([])], threads=threads)
+    many = [[{"role": "user", "content": big}]] * 30
+    with pytest.raises(ChatInputError, match=r"^conversation 30: Cannot apply"):
+        t.render_many([*many, []], threads=threads)
 
 
-def test_render_many_names_the_failing_conversation(corpus: dict[str, str]) -> None:
+@pytest.mark.parametrize("threads", [None, 2])
+def test_render_many_names_the_failing_conversation(
+    corpus: dict[str, str], threads: int | None
+) -> None:
     t = ChatTemplate(corpus["google-gemma-2-2b-it"], bos_token="<bos>")
     convs = [[chat_corpus.USER1]] * 3 + [[chat_corpus.SYSTEM, chat_corpus.USER1]]
     with pytest.raises(ChatTemplateRaised) as info:
-        t.render_many(convs)
+        t.render_many(convs, threads=threads)
     assert info.value.conversation == 3
     assert "System role not supported" in info.value.message
+    # in a later block: the blocks before it were rendered (pipelined: by the other thread)
+    long = [{"role": "user", "content": "z" * 20_000}]
+    with pytest.raises(ChatTemplateRaised) as info:
+        t.render_many([long] * 40 + convs, threads=threads)
+    assert info.value.conversation == 43
 
 
 # ========================================================================= tokenizer config
@@ -508,8 +530,12 @@ def test_lone_surrogate_is_a_clear_error() -> None:
     t = ChatTemplate(DEFAULT_TMPL)
     with pytest.raises(ChatInputError, match="surrogate"):
         t.render([{"role": "user", "content": "bad \ud800 text"}])
-    with pytest.raises(ChatInputError, match="surrogate"):
-        t.render_many([[chat_corpus.USER1], [{"role": "user", "content": "\udfff"}]])
+    for threads in (None, 2):
+        with pytest.raises(ChatInputError, match="surrogate"):
+            t.render_many(
+                [[chat_corpus.USER1], [{"role": "user", "content": "\udfff" + "x" * 100}]],
+                threads=threads,
+            )
 
 
 @pytest.mark.parametrize(

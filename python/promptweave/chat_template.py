@@ -455,9 +455,15 @@ class ChatTemplate:
         threads: int | None = None,
         **extra: Any,
     ) -> list[str]:
-        """Render many conversations with the interpreter released; the same result as
-        calling :meth:`render` on each. An error names the conversation's index. ``threads``
-        rendering threads (default 1; a second thread measured slower on 2 shared cores)."""
+        """Render many conversations; the same result as calling :meth:`render` on each. An
+        error names the conversation's index.
+
+        ``threads=1`` (the default) reads, renders and makes the strings block by block on
+        this thread, rendering with the interpreter released. ``threads=2`` or more pipelines
+        the batch: this thread reads the next block and makes the strings of the last while
+        ``threads - 1`` other threads render (which needs no interpreter). That shortens the
+        wall-clock time by about a quarter to a third when a second core is free, and costs
+        about 15% more CPU time in all."""
         compiled = self._select(chat_template, tools)
         if not isinstance(conversations, (list, tuple)):
             conversations = list(conversations)

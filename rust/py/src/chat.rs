@@ -9,6 +9,7 @@ use promptweave_core::chat::{
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 pyo3::import_exception!(promptweave.errors, ChatTemplateSyntaxError);
@@ -174,11 +175,15 @@ const BLOCK_BYTES: usize = 256 * 1024;
 /// ... and of at most this many conversations (both times the threads, times 16 with more
 /// than one thread: starting the threads of a block costs some tens of microseconds).
 const BLOCK_CHATS: usize = 1024;
+/// A borrowing [`Plain`] holds strings of at least this many bytes instead of copying them.
+const HOLD_BYTES: usize = 64;
 
-/// A plain value copied out of Python: text as a range of its [`Plain`]'s text buffer.
+/// A plain value copied out of Python: text as a range of its [`Plain`]'s text buffer, or
+/// (borrowing) an index into its held strings.
 #[derive(Clone, Copy)]
 enum PlainValue {
     Str(usize, usize),
+    Held(usize),
     Int(i64),
     Bool(bool),
     None,
@@ -201,10 +206,17 @@ fn scalar_of<'a>(v: &'a Bound<'_, PyAny>) -> Option<Scalar<'a>> {
 }
 
 /// Plain data copied out of Python objects (exact `str`, `int`, `bool`, `None`): the text of
-/// every string in one buffer, the fields as ranges of it.
+/// every string in one buffer, the fields as ranges of it. A borrowing `Plain` holds long
+/// strings instead of copying them (their text is then first read where it is rendered,
+/// which the pipelined batch does on another thread); it is cleared with the interpreter held.
 #[derive(Default)]
 struct Plain {
     text: String,
+    /// hold strings of at least [`HOLD_BYTES`] instead of copying them
+    borrow: bool,
+    held: Vec<PyBackedStr>,
+    /// the text held
+    held_bytes: usize,
     /// every field (key range, value), message after message
     fields: Vec<((usize, usize), PlainValue)>,
     /// each message's range of `fields`
@@ -214,16 +226,34 @@ struct Plain {
 impl Plain {
     fn clear(&mut self) {
         self.text.clear();
+        self.held.clear();
+        self.held_bytes = 0;
         self.fields.clear();
         self.messages.clear();
     }
 
-    fn mark(&self) -> (usize, usize, usize) {
-        (self.text.len(), self.fields.len(), self.messages.len())
+    /// The text read so far, copied or held.
+    fn bytes(&self) -> usize {
+        self.text.len() + self.held_bytes
     }
 
-    fn rollback(&mut self, (text, fields, messages): (usize, usize, usize)) {
+    fn mark(&self) -> (usize, usize, usize, usize, usize) {
+        (
+            self.text.len(),
+            self.held.len(),
+            self.held_bytes,
+            self.fields.len(),
+            self.messages.len(),
+        )
+    }
+
+    fn rollback(
+        &mut self,
+        (text, held, held_bytes, fields, messages): (usize, usize, usize, usize, usize),
+    ) {
         self.text.truncate(text);
+        self.held.truncate(held);
+        self.held_bytes = held_bytes;
         self.fields.truncate(fields);
         self.messages.truncate(messages);
     }
@@ -240,6 +270,20 @@ impl Plain {
     }
 
     fn value(&mut self, v: &Bound<'_, PyAny>) -> Option<PlainValue> {
+        if self.borrow {
+            if let Ok(s) = v.cast_exact::<PyString>() {
+                // a lone surrogate fails here; the full converter reports it
+                let text = s.to_str().ok()?;
+                if text.len() < HOLD_BYTES {
+                    let (a, b) = self.push(text);
+                    return Some(PlainValue::Str(a, b));
+                }
+                let held = PyBackedStr::try_from(s.clone()).ok()?;
+                self.held_bytes += held.len();
+                self.held.push(held);
+                return Some(PlainValue::Held(self.held.len() - 1));
+            }
+        }
         Some(match scalar_of(v)? {
             Scalar::Str(text) => {
                 let (a, b) = self.push(text);
@@ -259,7 +303,7 @@ impl Plain {
             self.rollback(mark);
             return None;
         }
-        Some(mark.2..self.messages.len())
+        Some(mark.4..self.messages.len())
     }
 
     /// The template variables (`(name, value)` pairs), when all are plain.
@@ -277,6 +321,7 @@ impl Plain {
             .map(|&((ka, kb), v)| {
                 let value = match v {
                     PlainValue::Str(a, b) => Scalar::Str(text(a, b)),
+                    PlainValue::Held(i) => Scalar::Str(self.held.get(i).map_or("", |s| &**s)),
                     PlainValue::Int(i) => Scalar::Int(i),
                     PlainValue::Bool(b) => Scalar::Bool(b),
                     PlainValue::None => Scalar::None,
@@ -500,52 +545,6 @@ fn render_chats(
     Ok(())
 }
 
-/// [`render_chats`] on up to `threads` threads (in order; the first failure by index wins).
-fn render_block(
-    template: &ChatTemplate,
-    vars: &Vars,
-    block: &Block,
-    offset: usize,
-    options: &RenderOptions,
-    threads: usize,
-    outs: &mut [Outputs],
-) -> Result<(), (usize, ChatError)> {
-    let n = block.chats.len();
-    if threads == 1 || n < 16 * threads {
-        return render_chats(
-            template,
-            vars,
-            &block.plain,
-            &block.chats,
-            offset,
-            options,
-            &mut outs[0],
-        );
-    }
-    let chunk = n.div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = block
-            .chats
-            .chunks(chunk)
-            .zip(outs.iter_mut())
-            .enumerate()
-            .map(|(k, (part, out))| {
-                let at = offset + k * chunk;
-                let plain = &block.plain;
-                (
-                    at,
-                    s.spawn(move || render_chats(template, vars, plain, part, at, options, out)),
-                )
-            })
-            .collect();
-        for (at, h) in handles {
-            h.join()
-                .map_err(|_| (at, ChatError::Render(PANICKED.to_owned())))??;
-        }
-        Ok(())
-    })
-}
-
 /// A conversation's messages: the object itself, or a `Conversation`'s `.messages`; an empty
 /// list or tuple is refused as transformers refuses it.
 fn conversation_of<'py>(
@@ -641,6 +640,110 @@ impl PyChatTemplate {
         Ok(Some(out))
     }
 
+    /// `render_many` on `workers` rendering threads besides this one: this thread reads the
+    /// next blocks of conversations and turns rendered blocks into Python strings (both need
+    /// the interpreter) while the workers render (which does not), so the three stages
+    /// overlap. Blocks go to the workers in turn and come back in the same order.
+    fn render_pipelined<'py>(
+        &self,
+        c: &Converter<'_, 'py>,
+        vars: &Vars,
+        iter: &mut impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
+        options: &RenderOptions,
+        workers: usize,
+        list: &Bound<'py, PyList>,
+    ) -> PyResult<()> {
+        type Job = (Block, Outputs, usize);
+        type Done = (Block, Outputs, Result<(), (usize, ChatError)>);
+        let py = list.py();
+        let inner = &self.inner;
+        std::thread::scope(|s| {
+            let mut to_workers = Vec::with_capacity(workers);
+            let mut from_workers = Vec::with_capacity(workers);
+            let mut handles = Vec::with_capacity(workers);
+            for _ in 0..workers {
+                let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<Job>(1);
+                let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Done>(2);
+                handles.push(s.spawn(move || {
+                    for (block, mut out, offset) in job_rx {
+                        out.clear();
+                        let result = render_chats(
+                            inner,
+                            vars,
+                            &block.plain,
+                            &block.chats,
+                            offset,
+                            options,
+                            &mut out,
+                        );
+                        if done_tx.send((block, out, result)).is_err() {
+                            break;
+                        }
+                    }
+                }));
+                to_workers.push(job_tx);
+                from_workers.push(Some(done_rx));
+            }
+            let mut drive = || -> PyResult<()> {
+                let mut free: Vec<(Block, Outputs)> = (0..=workers)
+                    .map(|_| {
+                        let mut block = Block::default();
+                        block.plain.borrow = true;
+                        (block, Outputs::default())
+                    })
+                    .collect();
+                let (mut sent, mut received, mut offset) = (0usize, 0usize, 0usize);
+                let mut exhausted = false;
+                loop {
+                    if !exhausted {
+                        if let Some((mut block, out)) = free.pop() {
+                            Self::fill(c, vars, iter, &mut block, Some(offset))?;
+                            if block.chats.is_empty() {
+                                exhausted = true;
+                                free.push((block, out));
+                            } else {
+                                let n = block.chats.len();
+                                to_workers[sent % workers]
+                                    .send((block, out, offset))
+                                    .map_err(|_| panicked(offset))?;
+                                sent += 1;
+                                offset += n;
+                                continue;
+                            }
+                        }
+                    }
+                    if received == sent {
+                        return Ok(());
+                    }
+                    // the oldest block in flight, waited for with the interpreter released
+                    let slot = &mut from_workers[received % workers];
+                    let rx = slot.take().ok_or_else(|| panicked(offset))?;
+                    let (rx, done) = py.detach(move || {
+                        let done = rx.recv();
+                        (rx, done)
+                    });
+                    *slot = Some(rx);
+                    let (block, out, result) = done.map_err(|_| panicked(offset))?;
+                    received += 1;
+                    result.map_err(|(i, e)| chat_err(e, Some(i)))?;
+                    out.append_to(list)?;
+                    free.push((block, out));
+                }
+            };
+            let result = drive();
+            // the workers stop when their queues close
+            drop(to_workers);
+            drop(from_workers);
+            let mut joined = Ok(());
+            for h in handles {
+                if h.join().is_err() {
+                    joined = Err(PyRuntimeError::new_err(PANICKED));
+                }
+            }
+            result.and(joined)
+        })
+    }
+
     /// The variables and one conversation (unnumbered in errors).
     fn read_one(
         &self,
@@ -652,7 +755,7 @@ impl PyChatTemplate {
         let vars = self.with_converter(py, |c| {
             let vars = self.vars(c, variables)?;
             let mut one = std::iter::once(Ok(messages.clone()));
-            Self::fill(c, &vars, &mut one, &mut block, None, 1)?;
+            Self::fill(c, &vars, &mut one, &mut block, None)?;
             Ok(vars)
         })?;
         Ok((vars, block))
@@ -666,14 +769,10 @@ impl PyChatTemplate {
         iter: &mut impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
         block: &mut Block,
         index: Option<usize>,
-        threads: usize,
     ) -> PyResult<()> {
         block.plain.clear();
         block.chats.clear();
-        let scale = if threads > 1 { threads * 16 } else { 1 };
-        while block.plain.text.len() < BLOCK_BYTES * scale
-            && block.chats.len() < BLOCK_CHATS * scale
-        {
+        while block.plain.bytes() < BLOCK_BYTES && block.chats.len() < BLOCK_CHATS {
             let Some(chat) = iter.next() else {
                 break;
             };
@@ -785,9 +884,10 @@ impl PyChatTemplate {
         Ok(self.inner.try_fast(&ctx, &mut out).then_some(out))
     }
 
-    /// Render many conversations, block by block, each block with the interpreter released,
-    /// on `threads` threads (default 1: on the 2-core machines here a second thread measured
-    /// slower). The first failing conversation's error is raised, naming its index.
+    /// Render many conversations, block by block. One thread (the default) reads a block,
+    /// renders it with the interpreter released and makes its strings; more pipeline the
+    /// batch ([`PyChatTemplate::render_pipelined`]). The first failing conversation's error is
+    /// raised, naming its index.
     #[pyo3(signature = (conversations, variables, add_generation_prompt, continue_final=None, threads=None))]
     fn render_many<'py>(
         &self,
@@ -805,31 +905,35 @@ impl PyChatTemplate {
         let threads = threads.unwrap_or(1).clamp(1, 16);
         let list = PyList::empty(py);
         let mut iter = conversations.try_iter()?;
-        let mut block = Block::default();
-        let mut outs: Vec<Outputs> = (0..threads).map(|_| Outputs::default()).collect();
         self.with_converter(py, |c| {
             let vars = self.vars(c, variables)?;
+            if threads > 1 {
+                self.render_pipelined(c, &vars, &mut iter, &options, threads - 1, &list)?;
+                return Ok(list);
+            }
+            let mut block = Block::default();
+            let mut out = Outputs::default();
             let mut offset = 0;
             loop {
-                Self::fill(c, &vars, &mut iter, &mut block, Some(offset), threads)?;
+                Self::fill(c, &vars, &mut iter, &mut block, Some(offset))?;
                 if block.chats.is_empty() {
                     return Ok(list);
                 }
-                outs.iter_mut().for_each(Outputs::clear);
+                out.clear();
                 let inner = &self.inner;
-                let result = py.detach(|| {
-                    render_block(inner, &vars, &block, offset, &options, threads, &mut outs)
-                });
-                match result {
-                    Ok(()) => {}
-                    Err((i, ChatError::Render(m))) if m == PANICKED => {
-                        return Err(PyRuntimeError::new_err(format!("conversation {i}: {m}")));
-                    }
-                    Err((i, e)) => return Err(chat_err(e, Some(i))),
-                }
-                for out in &outs {
-                    out.append_to(&list)?;
-                }
+                py.detach(|| {
+                    render_chats(
+                        inner,
+                        &vars,
+                        &block.plain,
+                        &block.chats,
+                        offset,
+                        &options,
+                        &mut out,
+                    )
+                })
+                .map_err(|(i, e)| chat_err(e, Some(i)))?;
+                out.append_to(&list)?;
                 offset += block.chats.len();
             }
         })
@@ -837,3 +941,7 @@ impl PyChatTemplate {
 }
 
 const PANICKED: &str = "a rendering thread panicked";
+
+fn panicked(near: usize) -> PyErr {
+    PyRuntimeError::new_err(format!("near conversation {near}: {PANICKED}"))
+}

@@ -177,7 +177,14 @@ fn text<'py>(py: Python<'py>, program: &Program) -> PyResult<Text<'py>> {
             Segment::Col(c) => Piece::Col(c),
         })
         .collect();
-    let scratch = PyList::new(py, pieces.iter().map(|_| py.None()))?;
+    // the literals are set once; a row's output sets only the slots
+    let scratch = PyList::new(
+        py,
+        pieces.iter().map(|p| match p {
+            Piece::Lit(s) => s.clone().into_any(),
+            Piece::Col(_) => py.None().into_bound(py),
+        }),
+    )?;
     Ok(Text::Pieces(pieces, scratch))
 }
 
@@ -242,7 +249,7 @@ impl<'py> Assembler<'py> {
             Text::Pieces(pieces, scratch) => {
                 for (at, p) in pieces.iter().enumerate() {
                     let part = match p {
-                        Piece::Lit(s) => s,
+                        Piece::Lit(_) => continue,
                         Piece::Col(None) => &self.mask,
                         // filled and checked by `usable`
                         Piece::Col(Some(i)) => {
@@ -458,7 +465,9 @@ pub(crate) fn render_dataset<'py>(
         mask: PyString::new(py, gen_field_replace_token),
         prompt_list: prompt_list.clone(),
     };
-    let mut compiled: HashMap<(usize, usize), Made<'py>> = HashMap::new();
+    // each (group, label)'s program in Python objects, made when first used
+    let mut compiled: Vec<Option<Made<'py>>> = Vec::new();
+    compiled.resize_with(groups.lists.len() * per_row, || None);
     if ppl_label_objects.is_some_and(|labels| labels.len() != per_row) {
         return Err(unsupported("one label object per ppl label"));
     }
@@ -496,9 +505,12 @@ pub(crate) fn render_dataset<'py>(
                 complete = false;
                 break;
             };
-            let m = match compiled.entry((g, k)) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => e.insert(made(py, program)?),
+            let Some(slot) = compiled.get_mut(g * per_row + k) else {
+                return Err(unsupported("ICE group out of range"));
+            };
+            let m = match slot {
+                Some(m) => m,
+                None => slot.insert(made(py, program)?),
             };
             if k == 0 {
                 test.row_into(row, &mut row_cells)?;
