@@ -438,3 +438,15 @@ pub(crate) fn items_to_py<'py>(
     }
     Ok(())
 }
+
+/// An empty list of class `cls` (a `list` subclass: the flavour's `PromptList`), or a plain
+/// list; filled in place, so no list is made only to be copied into it.
+pub(crate) fn empty_list<'py>(
+    py: Python<'py>,
+    cls: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyList>> {
+    match cls {
+        Some(cls) => Ok(cls.call0()?.cast_into::<PyList>()?),
+        None => Ok(PyList::empty(py)),
+    }
+}

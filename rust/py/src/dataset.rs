@@ -17,7 +17,7 @@ use promptweave_core::{
     render_rows,
 };
 
-use crate::convert::py_str;
+use crate::convert::{empty_list, py_str};
 use crate::errors::{to_py_err, unsupported};
 use crate::joined::{cell_str, has_brace};
 use crate::meta::PyMetaTemplate;
@@ -284,7 +284,7 @@ impl<'py> Assembler<'py> {
                         return Ok(None);
                     }
                 }
-                let list = PyList::empty(py);
+                let list = empty_list(py, self.prompt_list.as_ref())?;
                 if let Some(b) = begin {
                     list.append(b)?;
                 }
@@ -294,10 +294,7 @@ impl<'py> Assembler<'py> {
                     d.set_item(pyo3::intern!(py, "prompt"), self.text(t, cells)?)?;
                     list.append(d)?;
                 }
-                match &self.prompt_list {
-                    Some(cls) => cls.call1((list,)).map(Some),
-                    None => Ok(Some(list.into_any())),
-                }
+                Ok(Some(list.into_any()))
             }
         }
     }
@@ -329,7 +326,7 @@ impl<'py> OutputMaker<'py> {
             }
             Output::Text(s) => Ok(PyString::new(py, &s).into_any()),
             Output::Messages(m) => {
-                let list = PyList::empty(py);
+                let list = empty_list(py, self.prompt_list.as_ref())?;
                 if let Some(b) = &m.begin {
                     list.append(b)?;
                 }
@@ -339,10 +336,7 @@ impl<'py> OutputMaker<'py> {
                     d.set_item(pyo3::intern!(py, "prompt"), &msg.prompt)?;
                     list.append(d)?;
                 }
-                match &self.prompt_list {
-                    Some(cls) => cls.call1((list,)),
-                    None => Ok(list.into_any()),
-                }
+                Ok(list.into_any())
             }
         }
     }

@@ -12,7 +12,7 @@ use pyo3::types::{PyAnyMethods, PyDict, PyList, PyString, PyTuple};
 
 use promptweave_core::markers::{self, Modality};
 
-use crate::convert::RowStrings;
+use crate::convert::{RowStrings, empty_list};
 use crate::errors::{marker_error, unsupported};
 
 /// How the part of one modality is built from its `prompt_mm` template.
@@ -160,7 +160,7 @@ pub(crate) fn render_mm_rows<'py>(
             }
             parts.append(d)?;
         }
-        let msgs = PyList::empty(py);
+        let msgs = empty_list(py, wrap)?;
         for (msg, key) in &messages {
             let m = msg.copy()?;
             if let Some(key) = key {
@@ -168,10 +168,7 @@ pub(crate) fn render_mm_rows<'py>(
             }
             msgs.append(m)?;
         }
-        match wrap {
-            Some(cls) => out.append(cls.call1((msgs,))?)?,
-            None => out.append(msgs)?,
-        }
+        out.append(msgs)?;
     }
     Ok(out)
 }
