@@ -218,8 +218,8 @@ def test_render_many_equals_render(corpus: dict[str, str]) -> None:
 def test_render_many_input_forms_and_blocks(corpus: dict[str, str], threads: int | None) -> None:
     """Plain and non-plain conversations mixed, tuples, a generator of conversations,
     ``Conversation``-like objects (``.messages``), and enough text to span many blocks; on one
-    thread and pipelined (whose blocks hold long strings instead of copying them: a generator's
-    conversations are freed after they are read, so what is held must keep them alive)."""
+    thread and pipelined (where blocks are read while others are rendered: a generator's
+    conversations are freed once read, so a block must own what it renders)."""
     from dataclasses import dataclass
 
     @dataclass

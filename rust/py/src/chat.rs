@@ -9,7 +9,6 @@ use promptweave_core::chat::{
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 pyo3::import_exception!(promptweave.errors, ChatTemplateSyntaxError);
@@ -175,15 +174,11 @@ const BLOCK_BYTES: usize = 256 * 1024;
 /// ... and of at most this many conversations (both times the threads, times 16 with more
 /// than one thread: starting the threads of a block costs some tens of microseconds).
 const BLOCK_CHATS: usize = 1024;
-/// A borrowing [`Plain`] holds strings of at least this many bytes instead of copying them.
-const HOLD_BYTES: usize = 64;
 
-/// A plain value copied out of Python: text as a range of its [`Plain`]'s text buffer, or
-/// (borrowing) an index into its held strings.
+/// A plain value copied out of Python: text as a range of its [`Plain`]'s text buffer.
 #[derive(Clone, Copy)]
 enum PlainValue {
     Str(usize, usize),
-    Held(usize),
     Int(i64),
     Bool(bool),
     None,
@@ -206,17 +201,12 @@ fn scalar_of<'a>(v: &'a Bound<'_, PyAny>) -> Option<Scalar<'a>> {
 }
 
 /// Plain data copied out of Python objects (exact `str`, `int`, `bool`, `None`): the text of
-/// every string in one buffer, the fields as ranges of it. A borrowing `Plain` holds long
-/// strings instead of copying them (their text is then first read where it is rendered,
-/// which the pipelined batch does on another thread); it is cleared with the interpreter held.
+/// every string in one buffer, the fields as ranges of it. (Copying the text while the object
+/// is being read measured faster than holding the string and reading its text where it is
+/// rendered: by then the object has left the cache.)
 #[derive(Default)]
 struct Plain {
     text: String,
-    /// hold strings of at least [`HOLD_BYTES`] instead of copying them
-    borrow: bool,
-    held: Vec<PyBackedStr>,
-    /// the text held
-    held_bytes: usize,
     /// every field (key range, value), message after message
     fields: Vec<((usize, usize), PlainValue)>,
     /// each message's range of `fields`
@@ -226,34 +216,16 @@ struct Plain {
 impl Plain {
     fn clear(&mut self) {
         self.text.clear();
-        self.held.clear();
-        self.held_bytes = 0;
         self.fields.clear();
         self.messages.clear();
     }
 
-    /// The text read so far, copied or held.
-    fn bytes(&self) -> usize {
-        self.text.len() + self.held_bytes
+    fn mark(&self) -> (usize, usize, usize) {
+        (self.text.len(), self.fields.len(), self.messages.len())
     }
 
-    fn mark(&self) -> (usize, usize, usize, usize, usize) {
-        (
-            self.text.len(),
-            self.held.len(),
-            self.held_bytes,
-            self.fields.len(),
-            self.messages.len(),
-        )
-    }
-
-    fn rollback(
-        &mut self,
-        (text, held, held_bytes, fields, messages): (usize, usize, usize, usize, usize),
-    ) {
+    fn rollback(&mut self, (text, fields, messages): (usize, usize, usize)) {
         self.text.truncate(text);
-        self.held.truncate(held);
-        self.held_bytes = held_bytes;
         self.fields.truncate(fields);
         self.messages.truncate(messages);
     }
@@ -270,20 +242,6 @@ impl Plain {
     }
 
     fn value(&mut self, v: &Bound<'_, PyAny>) -> Option<PlainValue> {
-        if self.borrow {
-            if let Ok(s) = v.cast_exact::<PyString>() {
-                // a lone surrogate fails here; the full converter reports it
-                let text = s.to_str().ok()?;
-                if text.len() < HOLD_BYTES {
-                    let (a, b) = self.push(text);
-                    return Some(PlainValue::Str(a, b));
-                }
-                let held = PyBackedStr::try_from(s.clone()).ok()?;
-                self.held_bytes += held.len();
-                self.held.push(held);
-                return Some(PlainValue::Held(self.held.len() - 1));
-            }
-        }
         Some(match scalar_of(v)? {
             Scalar::Str(text) => {
                 let (a, b) = self.push(text);
@@ -303,7 +261,7 @@ impl Plain {
             self.rollback(mark);
             return None;
         }
-        Some(mark.4..self.messages.len())
+        Some(mark.2..self.messages.len())
     }
 
     /// The template variables (`(name, value)` pairs), when all are plain.
@@ -321,7 +279,6 @@ impl Plain {
             .map(|&((ka, kb), v)| {
                 let value = match v {
                     PlainValue::Str(a, b) => Scalar::Str(text(a, b)),
-                    PlainValue::Held(i) => Scalar::Str(self.held.get(i).map_or("", |s| &**s)),
                     PlainValue::Int(i) => Scalar::Int(i),
                     PlainValue::Bool(b) => Scalar::Bool(b),
                     PlainValue::None => Scalar::None,
@@ -686,11 +643,7 @@ impl PyChatTemplate {
             }
             let mut drive = || -> PyResult<()> {
                 let mut free: Vec<(Block, Outputs)> = (0..=workers)
-                    .map(|_| {
-                        let mut block = Block::default();
-                        block.plain.borrow = true;
-                        (block, Outputs::default())
-                    })
+                    .map(|_| (Block::default(), Outputs::default()))
                     .collect();
                 let (mut sent, mut received, mut offset) = (0usize, 0usize, 0usize);
                 let mut exhausted = false;
@@ -772,7 +725,7 @@ impl PyChatTemplate {
     ) -> PyResult<()> {
         block.plain.clear();
         block.chats.clear();
-        while block.plain.bytes() < BLOCK_BYTES && block.chats.len() < BLOCK_CHATS {
+        while block.plain.text.len() < BLOCK_BYTES && block.chats.len() < BLOCK_CHATS {
             let Some(chat) = iter.next() else {
                 break;
             };
