@@ -68,6 +68,14 @@ class MetaTemplate:
     ) -> tuple[list[Any], int]:
         """The API walk: messages (meta begin first when truthy) and the ignored-text count."""
 
+@final
+class LmParse:
+    """``LMTemplateParser.parse_template`` for a ``str`` or a ``PromptList`` of the parser's
+    flavour, installed on the parser as its own method; other inputs go to the class method."""
+
+    def __new__(cls, parser: Any, meta: MetaTemplate | None, prompt_list: type[Any]) -> LmParse: ...
+    def parse_template(self, prompt_template: Any, mode: Any) -> Any: ...
+
 def render_dataset(
     template: CompiledTemplate,
     ice_template: CompiledTemplate | None,

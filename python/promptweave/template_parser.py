@@ -48,6 +48,18 @@ class _BaseParser:
                     self._compiled = _core.MetaTemplate(meta_template)
                 except _core.FallbackRequired:
                     self._compiled = None
+        self._install_fast_methods()
+
+    def _install_fast_methods(self) -> None:
+        """Overridden where a parser takes a Rust method as its own."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the compiled meta template (and a Rust method installed on the instance) are made
+        # anew from the meta template, as the constructor makes them
+        return {"meta_template": self.meta_template}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["meta_template"])  # type: ignore[misc]
 
     # ------------------------------------------------------------------ validation
     def _code(self, code: str) -> str | None:
@@ -153,6 +165,18 @@ class LMTemplateParser(_BaseParser):
         meta_template: the model's meta template (``round``, ``reserved_roles``, ``begin``,
             ``end``, ``eos_token_id``) or ``None``.
     """
+
+    def _install_fast_methods(self) -> None:
+        """Make a Rust method this instance's ``parse_template``, so that a per-row call goes
+        straight into Rust, without a Python frame: it returns a ``str`` prompt as it is and
+        renders a ``PromptList`` of this flavour with the compiled meta template, as the
+        shortcut below does, and hands everything else to the method below. A subclass that
+        overrides ``parse_template`` keeps its override."""
+        self.__dict__.pop("parse_template", None)
+        if type(self).parse_template is LMTemplateParser.parse_template:
+            self.parse_template = _core.LmParse(  # type: ignore[method-assign]
+                self, self._compiled, self._prompt_list
+            ).parse_template
 
     def parse_template(self, prompt_template: Any, mode: str) -> Any:
         """Render a str / PromptList (or a list/tuple of them) for ``mode`` 'gen' or 'ppl'."""

@@ -3,7 +3,7 @@
 //! objects, so nothing is copied through UTF-8 and no Rust string is made per call.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyDict, PyString};
 
 use promptweave_core::format::{fast_condition, has_brace as brace_in};
 
@@ -27,10 +27,10 @@ pub(crate) fn has_brace(v: &Bound<'_, PyString>) -> PyResult<bool> {
 
 /// One piece of a string template.
 enum Piece {
-    Lit(Py<PyString>),
-    /// a `{name}` slot: the name (as a Python and a Rust string), and the literal `{name}`
-    /// kept when the row lacks the key
-    Slot(Py<PyString>, String, Py<PyString>),
+    Lit(String),
+    /// a `{name}` slot: the name (as a Python and a Rust string), kept as the literal `{name}`
+    /// when the row lacks the key
+    Slot(Py<PyString>, String),
 }
 
 /// A string template split at its slots, for `generate_item` without in-context examples.
@@ -40,11 +40,18 @@ enum Piece {
 /// brace (checked per call; otherwise the caller renders in full).
 pub(crate) struct JoinedTemplate {
     pieces: Vec<Piece>,
-    /// `''.join`, looked up once
-    join: Py<PyAny>,
-    /// key objects already seen to be exact `str` without a brace (held, so that an identity
-    /// check stands for the scan on the next rows, whose keys are usually the same objects)
-    clean_keys: std::sync::Mutex<Vec<Py<PyString>>>,
+    /// the template's own text (the output is at least this long)
+    literal_len: usize,
+    scratch: std::sync::Mutex<Scratch>,
+}
+
+/// What calls reuse: key objects already seen to be exact `str` without a brace (held, so that
+/// an identity check stands for the scan on the next rows, whose keys are usually the same
+/// objects), and the output buffer.
+#[derive(Default)]
+struct Scratch {
+    clean_keys: Vec<Py<PyString>>,
+    buf: String,
 }
 
 /// At most this many key objects are remembered.
@@ -56,7 +63,6 @@ impl JoinedTemplate {
         if !fast_condition(template) {
             return None;
         }
-        let join = PyString::new(py, "").getattr("join").ok()?.unbind();
         let mut pieces = Vec::new();
         let mut rest = template;
         while let Some(open) = rest.find('{') {
@@ -64,7 +70,7 @@ impl JoinedTemplate {
                 break;
             };
             if open > 0 {
-                pieces.push(Piece::Lit(PyString::new(py, &rest[..open]).unbind()));
+                pieces.push(Piece::Lit(rest[..open].to_owned()));
             }
             let name = &rest[open + 1..close];
             // interned, as the keys of rows built by Python code usually are: the row lookup
@@ -72,22 +78,28 @@ impl JoinedTemplate {
             pieces.push(Piece::Slot(
                 PyString::intern(py, name).unbind(),
                 name.to_owned(),
-                PyString::new(py, &rest[open..=close]).unbind(),
             ));
             rest = &rest[close + 1..];
         }
         if !rest.is_empty() {
-            pieces.push(Piece::Lit(PyString::new(py, rest).unbind()));
+            pieces.push(Piece::Lit(rest.to_owned()));
         }
         Some(Self {
             pieces,
-            join,
-            clean_keys: std::sync::Mutex::new(Vec::new()),
+            literal_len: template.len(),
+            scratch: std::sync::Mutex::new(Scratch::default()),
         })
     }
 
+    fn scratch(&self) -> PyResult<std::sync::MutexGuard<'_, Scratch>> {
+        self.scratch
+            .lock()
+            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned template cache"))
+    }
+
     /// The generation prompt of `entry` with `output_field` masked; `None` when the one-scan
-    /// condition fails for this row (a key or a used value with a brace, a non-str key).
+    /// condition fails for this row (a key or a used value with a brace, a non-str key) or a
+    /// used value has no UTF-8 form (a lone surrogate).
     pub(crate) fn render<'py>(
         &self,
         entry: &Bound<'py, PyDict>,
@@ -95,14 +107,16 @@ impl JoinedTemplate {
         replace_token: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = entry.py();
-        {
-            // no other thread can hold the lock: the interpreter lock is held throughout
-            let mut clean = self
-                .clean_keys
-                .lock()
-                .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned key cache"))?;
+        let mut buf = {
+            // released before any Python code runs (a value's `__str__` may render with
+            // this template again)
+            let mut scratch = self.scratch()?;
             for (key, _) in entry.iter() {
-                if clean.iter().any(|k| k.as_ptr() == key.as_ptr()) {
+                if scratch
+                    .clean_keys
+                    .iter()
+                    .any(|k| k.as_ptr() == key.as_ptr())
+                {
                     continue;
                 }
                 let Ok(key) = key.cast_into_exact::<PyString>() else {
@@ -111,31 +125,50 @@ impl JoinedTemplate {
                 if has_brace(&key)? {
                     return Ok(None);
                 }
-                if clean.len() < CLEAN_KEYS {
-                    clean.push(key.unbind());
+                if scratch.clean_keys.len() < CLEAN_KEYS {
+                    scratch.clean_keys.push(key.unbind());
                 }
             }
+            std::mem::take(&mut scratch.buf)
+        };
+        buf.clear();
+        let filled = self.fill(entry, output_field, replace_token, &mut buf)?;
+        let out = filled.then(|| PyString::new(py, &buf).into_any());
+        if buf.capacity() <= 1 << 16 {
+            self.scratch()?.buf = buf;
         }
+        Ok(out)
+    }
+
+    /// Writes the prompt into `buf`; `false` when the row must be rendered in full.
+    fn fill<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        output_field: Option<&Bound<'py, PyAny>>,
+        replace_token: &Bound<'py, PyAny>,
+        buf: &mut String,
+    ) -> PyResult<bool> {
+        let py = entry.py();
         let mask = match output_field {
             None => None,
             Some(field) => {
-                let Ok(field) = field.cast::<PyString>() else {
-                    return Ok(None);
+                let Ok(field) = field.cast_exact::<PyString>() else {
+                    return Ok(false);
                 };
                 let Ok(name) = field.to_str() else {
-                    return Ok(None);
+                    return Ok(false);
                 };
-                if !field.is_exact_instance_of::<PyString>() || brace_in(name) {
-                    return Ok(None);
+                if brace_in(name) {
+                    return Ok(false);
                 }
                 Some((name, cell_str(replace_token)?))
             }
         };
-        let mut parts: Vec<Bound<'py, PyString>> = Vec::with_capacity(self.pieces.len());
+        buf.reserve(self.literal_len + 64);
         for piece in &self.pieces {
             match piece {
-                Piece::Lit(s) => parts.push(s.bind(py).clone()),
-                Piece::Slot(name, text, literal) => {
+                Piece::Lit(s) => buf.push_str(s),
+                Piece::Slot(name, text) => {
                     let value = match &mask {
                         Some((field, token)) if *field == text.as_str() => Some(token.clone()),
                         _ => match entry.get_item(name.bind(py))? {
@@ -143,14 +176,19 @@ impl JoinedTemplate {
                             None => None,
                         },
                     };
-                    match value {
-                        Some(v) if has_brace(&v)? => return Ok(None),
-                        Some(v) => parts.push(v),
-                        None => parts.push(literal.bind(py).clone()),
+                    let Some(v) = value else {
+                        buf.push('{');
+                        buf.push_str(text);
+                        buf.push('}');
+                        continue;
+                    };
+                    match v.to_str() {
+                        Ok(t) if !brace_in(t) => buf.push_str(t),
+                        _ => return Ok(false),
                     }
                 }
             }
         }
-        Ok(Some(self.join.bind(py).call1((PyTuple::new(py, parts)?,))?))
+        Ok(true)
     }
 }

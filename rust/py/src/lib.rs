@@ -9,6 +9,7 @@ mod format;
 mod joined;
 mod markers;
 mod meta;
+mod owner;
 mod template;
 
 #[pyo3::pymodule]
@@ -26,7 +27,7 @@ mod _core {
     #[pymodule_export]
     use crate::markers::parse_content;
     #[pymodule_export]
-    use crate::meta::PyMetaTemplate;
+    use crate::meta::{PyLmParse, PyMetaTemplate};
     #[pymodule_export]
     use crate::template::PyCompiledTemplate;
 

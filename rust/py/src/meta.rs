@@ -2,11 +2,13 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::{PyTraverseError, PyVisit};
 
 use promptweave_core::{Flavor, MetaEntry, MetaTemplate, Mode, RoleSpec};
 
 use crate::convert::InputItems;
 use crate::errors::{to_py_err, unsupported};
+use crate::owner::{Owner, unless_fallback};
 
 /// A compiled meta template.
 #[pyclass(frozen, name = "MetaTemplate", module = "promptweave._core")]
@@ -143,5 +145,81 @@ impl PyMetaTemplate {
             list.append(d)?;
         }
         Ok((list, out.ignored_texts))
+    }
+}
+
+/// `LMTemplateParser.parse_template` for its common cases, installed on a parser as its own
+/// method (see [`crate::owner`]): a `str` prompt is returned as it is, a `PromptList` of the
+/// parser's flavour is rendered by the meta template; anything else is handed to the parser's
+/// class method.
+#[pyclass(frozen, name = "LmParse", module = "promptweave._core")]
+pub(crate) struct PyLmParse {
+    meta: Option<Py<PyMetaTemplate>>,
+    prompt_list: Py<PyAny>,
+    owner: Owner,
+}
+
+#[pymethods]
+impl PyLmParse {
+    /// Serve `parser`, whose compiled meta template is `meta` (`None`: none, or one the core
+    /// does not model) and whose `PromptList` class is `prompt_list`.
+    #[new]
+    fn py_new(
+        parser: &Bound<'_, PyAny>,
+        meta: Option<Py<PyMetaTemplate>>,
+        prompt_list: Py<PyAny>,
+    ) -> PyResult<Self> {
+        Ok(Self {
+            meta,
+            prompt_list,
+            owner: Owner::new(parser)?,
+        })
+    }
+
+    // PyO3 hands the visitor over by value
+    #[allow(clippy::needless_pass_by_value)]
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.owner.traverse(&visit)?;
+        if let Some(meta) = &self.meta {
+            visit.call(meta)?;
+        }
+        visit.call(&self.prompt_list)
+    }
+
+    fn parse_template<'py>(
+        &self,
+        py: Python<'py>,
+        prompt_template: &Bound<'py, PyAny>,
+        mode: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let gen_mode = match mode.cast_exact::<PyString>().map(|m| m.to_str()) {
+            Ok(Ok("gen")) => Some(true),
+            Ok(Ok("ppl")) => Some(false),
+            _ => None,
+        };
+        if let Some(gen_mode) = gen_mode {
+            if prompt_template.is_exact_instance_of::<PyString>() {
+                return Ok(prompt_template.clone());
+            }
+            if let Some(meta) = &self.meta {
+                if prompt_template.get_type().is(self.prompt_list.bind(py))
+                    && !self.owner.force_python(py)?
+                {
+                    let list = prompt_template.cast::<PyList>()?;
+                    let out = meta
+                        .get()
+                        .render_lm(list, gen_mode)
+                        .map(|s| PyString::new(py, &s).into_any());
+                    if let Some(out) = unless_fallback(py, out)? {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+        self.owner.delegate(
+            py,
+            pyo3::intern!(py, "parse_template"),
+            vec![prompt_template.clone(), mode.clone()],
+        )
     }
 }

@@ -1,0 +1,161 @@
+"""``LMTemplateParser.parse_template`` as the instance's own Rust method, and parsers as plain
+objects (copied, deep-copied and pickled as the reference's are).
+
+A parser installs ``_core.LmParse(...).parse_template`` on itself: a ``str`` prompt comes back as
+it is and a ``PromptList`` of the parser's flavour is rendered by the compiled meta template,
+without a Python frame; everything else goes to the class method. These tests check that the
+installed method gives what the class method gives (and what the reference gives) in every case,
+follows ``FORCE_PYTHON`` switched after construction, keeps a subclass's override, keeps a
+temporary parser alive through the call, and lets the garbage collector free a parser.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+import weakref
+from typing import Any
+
+import pytest
+
+import promptweave.aisbench
+import promptweave.opencompass
+from promptweave import _backend, _core
+
+OURS = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}
+FRAMEWORKS = list(OURS)
+
+META = {
+    "round": [
+        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
+        {
+            "role": "BOT",
+            "begin": "<|im_start|>assistant\n",
+            "end": "<|im_end|>\n",
+            "generate": True,
+        },
+    ],
+    "reserved_roles": [{"role": "SYSTEM", "begin": "<|im_start|>system\n", "end": "<|im_end|>\n"}],
+    "eos_token_id": 151645,
+}
+
+
+API_META = {
+    "round": [
+        {"role": "HUMAN", "api_role": "HUMAN"},
+        {"role": "BOT", "api_role": "BOT", "generate": True},
+    ],
+    "reserved_roles": [{"role": "SYSTEM", "api_role": "SYSTEM"}],
+    "eos_token_id": 151645,
+}
+
+
+def _prompt(M: Any) -> Any:
+    return M.PromptList(
+        [
+            {"section": "round", "pos": "begin"},
+            {"role": "HUMAN", "prompt": "What is 2+2? {x}"},
+            {"role": "BOT", "prompt": "4"},
+            {"role": "HUMAN", "prompt": "And 3+3?"},
+            {"role": "BOT", "prompt": ""},
+            {"section": "round", "pos": "end"},
+        ]
+    )
+
+
+def _inputs(M: Any) -> list[Any]:
+    """Prompts of every kind the parser takes: the shortcut's two and the class method's."""
+    plain = M.PromptList(["a ", "b"])
+    return [
+        "plain text",
+        _prompt(M),
+        plain,
+        ("x", "y"),  # a sequence of prompts: parsed one by one
+        [_prompt(M), "z"],
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _rust(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_backend, "FORCE_PYTHON", False)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("meta", [None, META], ids=["no-meta", "chatml"])
+def test_installed_method_equals_the_class_method_and_the_reference(
+    reference: dict[str, Any], fw: str, meta: Any
+) -> None:
+    M = OURS[fw]
+    ours, ref = M.LMTemplateParser(meta), reference[fw].LMTemplateParser(meta)
+    assert isinstance(ours.__dict__["parse_template"].__self__, _core.LmParse)
+    for prompt, ref_prompt in zip(_inputs(M), _inputs(reference[fw]), strict=True):
+        for mode in ("gen", "ppl"):
+            got = repr(ours.parse_template(prompt, mode=mode))
+            assert got == repr(type(ours).parse_template(ours, prompt, mode))
+            assert got == repr(ref.parse_template(ref_prompt, mode=mode))
+    # a bad mode reaches the class method, which raises the reference's error
+    with pytest.raises(ValueError, match="mode"):
+        ours.parse_template("x", mode="bad")
+    with pytest.raises(ValueError, match="mode"):
+        ours.parse_template(_prompt(M), "GEN")
+
+
+def test_installed_method_stays_in_rust_and_follows_force_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    M = promptweave.opencompass
+    parser = M.LMTemplateParser(META)
+    want = type(parser).parse_template(parser, _prompt(M), "gen")
+    fallbacks = _backend.fallbacks
+    assert parser.parse_template(_prompt(M), mode="gen") == want
+    assert _backend.fallbacks == fallbacks
+    # switched after the parser was built: the pure-Python path renders (and is counted)
+    monkeypatch.setattr(_backend, "FORCE_PYTHON", True)
+    assert parser.parse_template(_prompt(M), mode="gen") == want
+    assert _backend.fallbacks == fallbacks + 1
+
+
+def test_subclass_override_is_kept() -> None:
+    class Upper(promptweave.opencompass.LMTemplateParser):
+        def parse_template(self, prompt_template: Any, mode: str) -> Any:
+            return str(super().parse_template(prompt_template, mode)).upper()
+
+    parser = Upper(META)
+    assert "parse_template" not in parser.__dict__
+    assert parser.parse_template("abc", mode="gen") == "ABC"
+
+
+def test_temporary_parser_lives_through_the_call_and_parsers_are_freed() -> None:
+    M = promptweave.opencompass
+    # the parser object is only referenced by the installed method during this call
+    assert M.LMTemplateParser(META).parse_template(_prompt(M), mode="ppl").endswith("<|im_end|>\n")
+    with pytest.raises(ValueError, match="mode"):
+        M.LMTemplateParser().parse_template("x", mode="bad")
+    parser = M.LMTemplateParser(META)
+    ref = weakref.ref(parser)
+    del parser
+    gc.collect()
+    assert ref() is None, "the parser and its installed method were not freed"
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("cls", ["LMTemplateParser", "APITemplateParser"])
+def test_parsers_copy_deepcopy_and_pickle(reference: dict[str, Any], fw: str, cls: str) -> None:
+    M = OURS[fw]
+    meta = copy.deepcopy(META if cls == "LMTemplateParser" else API_META)
+    parser = getattr(M, cls)(meta)
+    ref = getattr(reference[fw], cls)(copy.deepcopy(meta))
+    want = repr(ref.parse_template(_prompt(reference[fw]), mode="gen"))
+    for other in (copy.copy(parser), copy.deepcopy(parser), pickle.loads(pickle.dumps(parser))):
+        assert type(other) is type(parser)
+        assert other.meta_template == meta
+        assert other.eos_token_id == parser.eos_token_id == 151645
+        assert repr(other.parse_template(_prompt(M), mode="gen")) == want
+        if cls == "LMTemplateParser":
+            # its own installed method, serving the copy
+            assert (
+                other.__dict__["parse_template"].__self__
+                is not parser.__dict__["parse_template"].__self__
+            )
+    assert copy.deepcopy(parser).meta_template is not meta
