@@ -28,9 +28,8 @@ pub(crate) fn has_brace(v: &Bound<'_, PyString>) -> PyResult<bool> {
 /// One piece of a string template.
 enum Piece {
     Lit(String),
-    /// a `{name}` slot: the name (as a Python and a Rust string), kept as the literal `{name}`
-    /// when the row lacks the key
-    Slot(Py<PyString>, String),
+    /// a `{name}` slot: the index of its name in [`JoinedTemplate::names`]
+    Slot(usize),
 }
 
 /// A string template split at its slots, for `generate_item` without in-context examples.
@@ -40,30 +39,33 @@ enum Piece {
 /// brace (checked per call; otherwise the caller renders in full).
 pub(crate) struct JoinedTemplate {
     pieces: Vec<Piece>,
+    /// the slot names, each once
+    names: Vec<String>,
     /// the template's own text (the output is at least this long)
     literal_len: usize,
-    scratch: std::sync::Mutex<Scratch>,
-}
-
-/// What calls reuse: key objects already seen to be exact `str` without a brace (held, so that
-/// an identity check stands for the scan on the next rows, whose keys are usually the same
-/// objects), and the output buffer.
-#[derive(Default)]
-struct Scratch {
-    clean_keys: Vec<Py<PyString>>,
-    buf: String,
+    /// key objects seen before, each with the slot it fills (`None`: none): all exact `str`
+    /// without a brace. They are held, so that an address seen again is the same object, and
+    /// a row is read in one pass over its items, without a lookup per slot.
+    keys: std::sync::Mutex<Vec<(Py<PyString>, Option<usize>)>>,
 }
 
 /// At most this many key objects are remembered.
-const CLEAN_KEYS: usize = 64;
+const KNOWN_KEYS: usize = 64;
+
+thread_local! {
+    /// The output buffer, reused from call to call (a call made while it is in use, from a
+    /// value's `__str__`, uses a buffer of its own).
+    static BUFFER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
 
 impl JoinedTemplate {
     /// `None` when the template does not pass the one-scan condition.
-    pub(crate) fn new(py: Python<'_>, template: &str) -> Option<Self> {
+    pub(crate) fn new(template: &str) -> Option<Self> {
         if !fast_condition(template) {
             return None;
         }
         let mut pieces = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         let mut rest = template;
         while let Some(open) = rest.find('{') {
             let Some(close) = rest[open..].find('}').map(|c| open + c) else {
@@ -73,12 +75,11 @@ impl JoinedTemplate {
                 pieces.push(Piece::Lit(rest[..open].to_owned()));
             }
             let name = &rest[open + 1..close];
-            // interned, as the keys of rows built by Python code usually are: the row lookup
-            // then finds its key by identity
-            pieces.push(Piece::Slot(
-                PyString::intern(py, name).unbind(),
-                name.to_owned(),
-            ));
+            let slot = names.iter().position(|n| n == name).unwrap_or_else(|| {
+                names.push(name.to_owned());
+                names.len() - 1
+            });
+            pieces.push(Piece::Slot(slot));
             rest = &rest[close + 1..];
         }
         if !rest.is_empty() {
@@ -86,20 +87,15 @@ impl JoinedTemplate {
         }
         Some(Self {
             pieces,
+            names,
             literal_len: template.len(),
-            scratch: std::sync::Mutex::new(Scratch::default()),
+            keys: std::sync::Mutex::new(Vec::new()),
         })
     }
 
-    fn scratch(&self) -> PyResult<std::sync::MutexGuard<'_, Scratch>> {
-        self.scratch
-            .lock()
-            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned template cache"))
-    }
-
     /// The generation prompt of `entry` with `output_field` masked; `None` when the one-scan
-    /// condition fails for this row (a key or a used value with a brace, a non-str key) or a
-    /// used value has no UTF-8 form (a lone surrogate).
+    /// condition fails for this row (a key or a used value with a brace, a key that is not an
+    /// exact `str`) or a key or used value has no UTF-8 form (a lone surrogate).
     pub(crate) fn render<'py>(
         &self,
         entry: &Bound<'py, PyDict>,
@@ -107,88 +103,108 @@ impl JoinedTemplate {
         replace_token: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let py = entry.py();
-        let mut buf = {
-            // released before any Python code runs (a value's `__str__` may render with
-            // this template again)
-            let mut scratch = self.scratch()?;
-            for (key, _) in entry.iter() {
-                if scratch
-                    .clean_keys
-                    .iter()
-                    .any(|k| k.as_ptr() == key.as_ptr())
+        // the masked slot (if the template has one) and its token
+        let mut mask = None;
+        if let Some(field) = output_field {
+            let Ok(field) = field.cast_exact::<PyString>() else {
+                return Ok(None);
+            };
+            let Ok(name) = field.to_str() else {
+                return Ok(None);
+            };
+            if brace_in(name) {
+                return Ok(None);
+            }
+            mask = Some((
+                self.names.iter().position(|n| n == name),
+                cell_str(replace_token)?,
+            ));
+        }
+        let mut values: Vec<Option<Bound<'py, PyAny>>> = vec![None; self.names.len()];
+        {
+            // no Python code runs while the lock is held
+            let mut keys = self
+                .keys
+                .lock()
+                .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned key cache"))?;
+            for (key, value) in entry.iter() {
+                let slot = if let Some(&(_, slot)) =
+                    keys.iter().find(|(k, _)| k.as_ptr() == key.as_ptr())
                 {
-                    continue;
-                }
-                let Ok(key) = key.cast_into_exact::<PyString>() else {
-                    return Ok(None);
+                    slot
+                } else {
+                    let Ok(key) = key.cast_into_exact::<PyString>() else {
+                        return Ok(None);
+                    };
+                    let Ok(text) = key.to_str() else {
+                        return Ok(None);
+                    };
+                    if brace_in(text) {
+                        return Ok(None);
+                    }
+                    let slot = self.names.iter().position(|n| n == text);
+                    if keys.len() < KNOWN_KEYS {
+                        keys.push((key.unbind(), slot));
+                    }
+                    slot
                 };
-                if has_brace(&key)? {
-                    return Ok(None);
-                }
-                if scratch.clean_keys.len() < CLEAN_KEYS {
-                    scratch.clean_keys.push(key.unbind());
+                if let Some(v) = slot.and_then(|s| values.get_mut(s)) {
+                    *v = Some(value);
                 }
             }
-            std::mem::take(&mut scratch.buf)
-        };
-        buf.clear();
-        let filled = self.fill(entry, output_field, replace_token, &mut buf)?;
-        let out = filled.then(|| PyString::new(py, &buf).into_any());
-        if buf.capacity() <= 1 << 16 {
-            self.scratch()?.buf = buf;
         }
-        Ok(out)
+        let mut token = None;
+        if let Some((slot, t)) = mask {
+            if let Some(v) = slot.and_then(|s| values.get_mut(s)) {
+                *v = None;
+            }
+            token = slot.map(|s| (s, t));
+        }
+        BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+            Ok(mut buf) => {
+                buf.clear();
+                let out = self.fill(py, &values, token.as_ref(), &mut buf)?;
+                if buf.capacity() > 1 << 16 {
+                    *buf = String::new();
+                }
+                Ok(out)
+            }
+            Err(_) => self.fill(py, &values, token.as_ref(), &mut String::new()),
+        })
     }
 
-    /// Writes the prompt into `buf`; `false` when the row must be rendered in full.
+    /// The prompt, written into `buf` first; `None` when the row must be rendered in full.
     fn fill<'py>(
         &self,
-        entry: &Bound<'py, PyDict>,
-        output_field: Option<&Bound<'py, PyAny>>,
-        replace_token: &Bound<'py, PyAny>,
+        py: Python<'py>,
+        values: &[Option<Bound<'py, PyAny>>],
+        token: Option<&(usize, Bound<'py, PyString>)>,
         buf: &mut String,
-    ) -> PyResult<bool> {
-        let py = entry.py();
-        let mask = match output_field {
-            None => None,
-            Some(field) => {
-                let Ok(field) = field.cast_exact::<PyString>() else {
-                    return Ok(false);
-                };
-                let Ok(name) = field.to_str() else {
-                    return Ok(false);
-                };
-                if brace_in(name) {
-                    return Ok(false);
-                }
-                Some((name, cell_str(replace_token)?))
-            }
-        };
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         buf.reserve(self.literal_len + 64);
         for piece in &self.pieces {
-            match piece {
-                Piece::Lit(s) => buf.push_str(s),
-                Piece::Slot(name, text) => {
-                    let value = match &mask {
-                        Some((field, token)) if *field == text.as_str() => Some(token.clone()),
-                        _ => match entry.get_item(name.bind(py))? {
-                            Some(v) => Some(cell_str(&v)?),
-                            None => None,
-                        },
-                    };
-                    let Some(v) = value else {
-                        buf.push('{');
-                        buf.push_str(text);
-                        buf.push('}');
-                        continue;
-                    };
-                    match v.to_str() {
-                        Ok(t) if !brace_in(t) => buf.push_str(t),
-                        _ => return Ok(false),
-                    }
+            let slot = match piece {
+                Piece::Lit(s) => {
+                    buf.push_str(s);
+                    continue;
                 }
+                Piece::Slot(slot) => *slot,
+            };
+            let value = match (token, values.get(slot).and_then(Option::as_ref)) {
+                (Some((masked, t)), _) if *masked == slot => t.clone(),
+                (_, Some(v)) => cell_str(v)?,
+                (_, None) => {
+                    buf.push('{');
+                    buf.push_str(self.names.get(slot).map_or("", String::as_str));
+                    buf.push('}');
+                    continue;
+                }
+            };
+            match value.to_str() {
+                Ok(t) if !brace_in(t) => buf.push_str(t),
+                _ => return Ok(None),
             }
         }
-        Ok(true)
+        Ok(Some(PyString::new(py, buf).into_any()))
     }
 }

@@ -288,7 +288,7 @@ impl PyCompiledTemplate {
                         Some(sep) if !sep.is_empty() => t.replace(sep, ""),
                         _ => t.to_owned(),
                     };
-                    JoinedTemplate::new(template.py(), &t)
+                    JoinedTemplate::new(&t)
                 })
             }
             _ => None,
