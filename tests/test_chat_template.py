@@ -256,6 +256,18 @@ def test_render_many_input_forms_and_blocks(corpus: dict[str, str], threads: int
             yield [{"role": "user", "content": long}, {"role": "assistant", "content": long[::-1]}]
 
     assert t.render_many(fresh(), threads=threads) == [t.render(c) for c in fresh()]
+
+    def fresh_keys() -> Any:
+        # key objects made anew for every message (a block recognises the keys it has seen
+        # by identity, so an address reused by a new key object must not be mistaken for it)
+        for i in range(300):
+            role, content = "".join(["ro", "le"]), "".join(["con", "tent"])
+            yield [
+                {role: "system", content: f"s{i}"},
+                {"".join(["na", "me"]): "x", role: "user", content: f"u{i} " + "w" * (i % 50)},
+            ]
+
+    assert t.render_many(fresh_keys(), threads=threads) == [t.render(c) for c in fresh_keys()]
     with pytest.raises(ChatInputError, match=r"^conversation 5: Cannot apply chat template to an"):
         t.render_many([*convs[:5], []], threads=threads)
     with pytest.raises(ChatInputError, match=r"^conversation 1: Cannot apply"):
