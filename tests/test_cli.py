@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 import pytest
+from _metas import CHATML
 from click.testing import CliRunner
 
 from promptweave import cli
@@ -96,18 +97,6 @@ ppl_datasets = [dict(abbr='ppl', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]
 """
 )
 
-CHATML = {
-    "round": [
-        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
-        {
-            "role": "BOT",
-            "begin": "<|im_start|>assistant\n",
-            "end": "<|im_end|>\n",
-            "generate": True,
-        },
-    ],
-    "reserved_roles": [{"role": "SYSTEM", "begin": "<|im_start|>system\n", "end": "<|im_end|>\n"}],
-}
 API_META = {
     "round": [
         {"role": "HUMAN", "api_role": "HUMAN"},

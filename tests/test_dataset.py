@@ -12,23 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _metas import CHATML
 
 import promptweave as pw
 from promptweave import _backend
 
 Q = "{input}\nA. {A}\nB. {B}\nAnswer: "
-CHATML = {
-    "round": [
-        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
-        {
-            "role": "BOT",
-            "begin": "<|im_start|>assistant\n",
-            "end": "<|im_end|>\n",
-            "generate": True,
-        },
-    ],
-    "reserved_roles": [{"role": "SYSTEM", "begin": "<|im_start|>system\n", "end": "<|im_end|>\n"}],
-}
 API = {
     "round": [
         {"role": "HUMAN", "api_role": "HUMAN"},

@@ -18,6 +18,7 @@ import weakref
 from typing import Any
 
 import pytest
+from _metas import CHATML
 
 import promptweave.aisbench
 import promptweave.opencompass
@@ -26,21 +27,7 @@ from promptweave import _backend, _core
 OURS = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}
 FRAMEWORKS = list(OURS)
 
-META = {
-    "round": [
-        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
-        {
-            "role": "BOT",
-            "begin": "<|im_start|>assistant\n",
-            "end": "<|im_end|>\n",
-            "generate": True,
-        },
-    ],
-    "reserved_roles": [{"role": "SYSTEM", "begin": "<|im_start|>system\n", "end": "<|im_end|>\n"}],
-    "eos_token_id": 151645,
-}
-
-
+META = {**CHATML, "eos_token_id": 151645}
 API_META = {
     "round": [
         {"role": "HUMAN", "api_role": "HUMAN"},

@@ -25,6 +25,12 @@ pub(crate) fn has_brace(v: &Bound<'_, PyString>) -> PyResult<bool> {
     }
 }
 
+/// The text of a name (a key, the output column) that passes the one-scan condition: no
+/// brace, and a UTF-8 form (not a lone surrogate).
+fn brace_free<'a>(name: &'a Bound<'_, PyString>) -> Option<&'a str> {
+    name.to_str().ok().filter(|t| !brace_in(t))
+}
+
 /// One piece of a string template.
 enum Piece {
     Lit(String),
@@ -109,12 +115,9 @@ impl JoinedTemplate {
             let Ok(field) = field.cast_exact::<PyString>() else {
                 return Ok(None);
             };
-            let Ok(name) = field.to_str() else {
+            let Some(name) = brace_free(field) else {
                 return Ok(None);
             };
-            if brace_in(name) {
-                return Ok(None);
-            }
             mask = Some((
                 self.names.iter().position(|n| n == name),
                 cell_str(replace_token)?,
@@ -136,12 +139,9 @@ impl JoinedTemplate {
                     let Ok(key) = key.cast_into_exact::<PyString>() else {
                         return Ok(None);
                     };
-                    let Ok(text) = key.to_str() else {
+                    let Some(text) = brace_free(&key) else {
                         return Ok(None);
                     };
-                    if brace_in(text) {
-                        return Ok(None);
-                    }
                     let slot = self.names.iter().position(|n| n == text);
                     if keys.len() < KNOWN_KEYS {
                         keys.push((key.unbind(), slot));
