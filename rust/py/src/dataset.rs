@@ -465,10 +465,18 @@ pub(crate) fn render_dataset<'py>(
     if ppl_label_objects.is_some_and(|labels| labels.len() != per_row) {
         return Err(unsupported("one label object per ppl label"));
     }
-    // the result list is made at its full size and filled in place (row by row, and the
-    // pending rows after): no list growth, no second table of every output
-    let list = PyList::new(py, (0..rows).map(|_| py.None()))?;
-    let put = |row: usize, outs: &mut Vec<Bound<'py, PyAny>>| -> PyResult<()> {
+    // each row's output, in row order (the pending rows' after the core has rendered them);
+    // the result list is made from them at the end. Made at its full size before the outputs,
+    // it measured slower when rendering is repeated (W4 in a whole benchmark file: 2x): its
+    // array then sat below the outputs, nothing of the new result sat above the previous one,
+    // and once that was freed glibc gave the top of the heap back to the system, to be faulted
+    // in again by the next render.
+    let mut results: Vec<Option<Bound<'py, PyAny>>> = Vec::new();
+    results.resize_with(rows, || None);
+    let put = |results: &mut Vec<Option<Bound<'py, PyAny>>>,
+               row: usize,
+               outs: &mut Vec<Bound<'py, PyAny>>|
+     -> PyResult<()> {
         let value = match ppl_label_objects {
             None => outs
                 .drain(..)
@@ -482,7 +490,10 @@ pub(crate) fn render_dataset<'py>(
                 d.into_any()
             }
         };
-        list.set_item(row, value)
+        if let Some(slot) = results.get_mut(row) {
+            *slot = Some(value);
+        }
+        Ok(())
     };
     let mut row_outs: Vec<Bound<'py, PyAny>> = Vec::with_capacity(per_row);
     let mut pending: Vec<usize> = Vec::new();
@@ -517,7 +528,7 @@ pub(crate) fn render_dataset<'py>(
             }
         }
         if complete {
-            put(row, &mut row_outs)?;
+            put(&mut results, row, &mut row_outs)?;
         } else {
             pending.push(row);
         }
@@ -547,10 +558,16 @@ pub(crate) fn render_dataset<'py>(
                     .ok_or_else(|| unsupported("missing output"))?;
                 row_outs.push(maker.make(out)?);
             }
-            put(row, &mut row_outs)?;
+            put(&mut results, row, &mut row_outs)?;
         }
     }
-    Ok(list)
+    let none = py.None().into_bound(py);
+    PyList::new(
+        py,
+        results
+            .into_iter()
+            .map(|v| v.unwrap_or_else(|| none.clone())),
+    )
 }
 
 /// Render the rows of `table` (row `j` uses ICE group `row_group[j]`), split over `threads`.
