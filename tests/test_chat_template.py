@@ -391,6 +391,33 @@ def test_render_follows_settings_changed_after_construction() -> None:
         b.render(msgs)
 
 
+def test_copies_and_pickles_render_the_same(corpus: dict[str, str]) -> None:
+    """A ``ChatTemplate`` (in a config that is deep-copied, or sent to a worker process)
+    copies, deep-copies and pickles with its settings, named templates included."""
+    import copy
+    import pickle
+
+    t = ChatTemplate(
+        {"default": corpus["Qwen-Qwen2.5-7B-Instruct"], "tool_use": "{{ tools | length }}"},
+        special_tokens=chat_corpus.SPECIAL_TOKENS,
+        bos_token="<s>",
+        system="merge",
+        system_separator=" | ",
+    )
+    t.tokenizer_adds_bos = True  # changed after construction: carried too
+    msgs = [chat_corpus.SYSTEM, chat_corpus.USER1]
+    want = t.render(msgs, add_generation_prompt=True)
+    for other in (copy.copy(t), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+        assert other.render(msgs, add_generation_prompt=True) == want
+        assert other.render(msgs, chat_template="tool_use", tools=[{"a": 1}]) == "1"
+        assert other.special_tokens == t.special_tokens
+        assert (other.system, other.system_separator, other.tokenizer_adds_bos) == (
+            "merge",
+            " | ",
+            True,
+        )
+
+
 def test_double_bos_modes() -> None:
     msgs = [chat_corpus.USER1]
     with pytest.warns(DoubleBosWarning):

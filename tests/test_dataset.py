@@ -104,6 +104,31 @@ def test_rust_job_equals_row_by_row(retriever: dict[str, Any], meta: Any, api: b
     assert [type(x) for x in fast] == [type(x) for x in slow]
 
 
+@pytest.mark.parametrize("flavor", ["opencompass", "aisbench"])
+@pytest.mark.parametrize(("meta", "api"), [(None, False), (CHATML, False), (API, True)])
+def test_renderer_copies_and_pickles(flavor: str, meta: Any, api: bool) -> None:
+    """A renderer is plain data: a deep copy (configs are deep-copied) or a pickled copy (sent
+    to a worker process) renders what the original renders."""
+    import copy
+    import pickle
+
+    renderer = pw.DatasetRenderer(
+        infer_cfg({"type": "FixKRetriever", "fix_id_list": [0, 2]}),
+        READER,
+        meta,
+        api=api,
+        flavor=flavor,
+    )
+    test, train = rows(12), rows(5, offset=3)
+    want = renderer.render(test, train).prompts
+    for other in (
+        copy.copy(renderer),
+        copy.deepcopy(renderer),
+        pickle.loads(pickle.dumps(renderer)),
+    ):
+        assert other.render(test, train).prompts == want
+
+
 def test_string_template_program_rows() -> None:
     """Zero-shot string template: every row sharing the empty ICE goes through one program."""
     cfg = {

@@ -188,6 +188,22 @@ class ChatTemplate:
         for source in self._sources():
             self._compile(source)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the compiled templates (Rust objects) are made anew from the sources, as the
+        # constructor makes them
+        return {
+            "template": dict(self._named) if self._named else self._default_source,
+            "special_tokens": dict(self.special_tokens),
+            "tokenizer_adds_bos": self.tokenizer_adds_bos,
+            "double_bos": self.double_bos,
+            "system": self.system,
+            "system_separator": self.system_separator,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        template = state.pop("template")
+        self.__init__(template, **state)  # type: ignore[misc]
+
     # -- construction -----------------------------------------------------------------------
 
     @classmethod

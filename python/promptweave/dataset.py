@@ -171,10 +171,7 @@ class DatasetRenderer:
     ) -> None:
         if flavor not in (OPENCOMPASS, AISBENCH):
             raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
-        from promptweave import aisbench, opencompass
-
         self.flavor = flavor
-        self._m: Any = aisbench if flavor == AISBENCH else opencompass
         reader_cfg = dict(reader_cfg or infer_cfg.get("reader_cfg") or {})
         self.input_columns = reader_cfg.get("input_columns")
         self.output_column: str | None = reader_cfg.get("output_column")
@@ -239,6 +236,14 @@ class DatasetRenderer:
         self.normalizing_str = normalizing_str
         # one thread by default: on 2 cores a second rendering thread measured no faster
         self.threads = threads if threads is not None else 1
+
+    @property
+    def _m(self) -> Any:
+        """The flavour's module (a property, not an attribute: a renderer copies and pickles
+        as plain data)."""
+        from promptweave import aisbench, opencompass
+
+        return aisbench if self.flavor == AISBENCH else opencompass
 
     @classmethod
     def from_config(
