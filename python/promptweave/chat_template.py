@@ -475,9 +475,9 @@ class ChatTemplate:
         error names the conversation's index.
 
         ``threads=1`` (the default) reads, renders and makes the strings block by block on
-        this thread, rendering with the interpreter released. ``threads=2`` or more pipelines
-        the batch: this thread reads the next block and makes the strings of the last while
-        ``threads - 1`` other threads render (which needs no interpreter). That shortens the
+        this thread, rendering with the interpreter released. ``threads=2`` (or more: the same)
+        pipelines the batch: this thread reads the next block and makes the strings of the
+        last while a second thread renders (which needs no interpreter). That shortens the
         wall-clock time by about a quarter to a third when a second core is free, and costs
         about 15% more CPU time in all."""
         compiled = self._select(chat_template, tools)

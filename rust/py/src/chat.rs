@@ -617,55 +617,48 @@ impl PyChatTemplate {
         Ok(Some(out))
     }
 
-    /// `render_many` on `workers` rendering threads besides this one: this thread reads the
-    /// next blocks of conversations and turns rendered blocks into Python strings (both need
-    /// the interpreter) while the workers render (which does not), so the three stages
-    /// overlap. Blocks go to the workers in turn and come back in the same order.
+    /// `render_many` pipelined over two threads: this one reads the next block of
+    /// conversations and turns rendered blocks into Python strings (both need the
+    /// interpreter) while a second thread renders (which does not), so the stages overlap.
+    /// (This thread is the slower stage: more rendering threads would only wait.)
     fn render_pipelined<'py>(
         &self,
         c: &Converter<'_, 'py>,
         vars: &Vars,
         iter: &mut impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
         options: &RenderOptions,
-        workers: usize,
         list: &Bound<'py, PyList>,
     ) -> PyResult<()> {
-        type Job = (Block, Outputs, usize);
-        type Done = (Block, Outputs, Result<(), (usize, ChatError)>);
         let py = list.py();
         let inner = &self.inner;
         std::thread::scope(|s| {
-            let mut to_workers = Vec::with_capacity(workers);
-            let mut from_workers = Vec::with_capacity(workers);
-            let mut handles = Vec::with_capacity(workers);
-            for _ in 0..workers {
-                let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<Job>(1);
-                let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<Done>(2);
-                handles.push(s.spawn(move || {
-                    for (block, mut out, offset) in job_rx {
-                        out.clear();
-                        let result = render_chats(
-                            inner,
-                            vars,
-                            &block.plain,
-                            &block.chats,
-                            offset,
-                            options,
-                            &mut out,
-                        );
-                        if done_tx.send((block, out, result)).is_err() {
-                            break;
-                        }
+            let (job_tx, job_rx) = std::sync::mpsc::sync_channel::<(Block, Outputs, usize)>(1);
+            let (done_tx, done_rx) = std::sync::mpsc::sync_channel(2);
+            let renderer = s.spawn(move || {
+                for (block, mut out, offset) in job_rx {
+                    out.clear();
+                    let result = render_chats(
+                        inner,
+                        vars,
+                        &block.plain,
+                        &block.chats,
+                        offset,
+                        options,
+                        &mut out,
+                    );
+                    if done_tx.send((block, out, result)).is_err() {
+                        break;
                     }
-                }));
-                to_workers.push(job_tx);
-                from_workers.push(Some(done_rx));
-            }
+                }
+            });
+            let mut done_rx = Some(done_rx);
             let mut drive = || -> PyResult<()> {
-                let mut free: Vec<(Block, Outputs)> = (0..=workers)
-                    .map(|_| (Block::default(), Outputs::default()))
-                    .collect();
-                let (mut sent, mut received, mut offset) = (0usize, 0usize, 0usize);
+                // two blocks: one read while the other is rendered
+                let mut free = vec![
+                    (Block::default(), Outputs::default()),
+                    (Block::default(), Outputs::default()),
+                ];
+                let (mut in_flight, mut offset) = (0usize, 0usize);
                 let mut exhausted = false;
                 loop {
                     if !exhausted {
@@ -676,43 +669,40 @@ impl PyChatTemplate {
                                 free.push((block, out));
                             } else {
                                 let n = block.chats.len();
-                                to_workers[sent % workers]
+                                job_tx
                                     .send((block, out, offset))
                                     .map_err(|_| panicked(offset))?;
-                                sent += 1;
+                                in_flight += 1;
                                 offset += n;
                                 continue;
                             }
                         }
                     }
-                    if received == sent {
+                    if in_flight == 0 {
                         return Ok(());
                     }
-                    // the oldest block in flight, waited for with the interpreter released
-                    let slot = &mut from_workers[received % workers];
-                    let rx = slot.take().ok_or_else(|| panicked(offset))?;
+                    // the oldest block, waited for with the interpreter released (the
+                    // receiver goes into the closure and comes back: it is not `Sync`)
+                    let rx = done_rx.take().ok_or_else(|| panicked(offset))?;
                     let (rx, done) = py.detach(move || {
                         let done = rx.recv();
                         (rx, done)
                     });
-                    *slot = Some(rx);
+                    done_rx = Some(rx);
                     let (block, out, result) = done.map_err(|_| panicked(offset))?;
-                    received += 1;
+                    in_flight -= 1;
                     result.map_err(|(i, e)| chat_err(e, Some(i)))?;
                     out.append_to(list)?;
                     free.push((block, out));
                 }
             };
             let result = drive();
-            // the workers stop when their queues close
-            drop(to_workers);
-            drop(from_workers);
-            let mut joined = Ok(());
-            for h in handles {
-                if h.join().is_err() {
-                    joined = Err(PyRuntimeError::new_err(PANICKED));
-                }
-            }
+            // the renderer stops when its queue closes
+            drop(job_tx);
+            drop(done_rx);
+            let joined = renderer
+                .join()
+                .map_err(|_| PyRuntimeError::new_err(PANICKED));
             result.and(joined)
         })
     }
@@ -875,13 +865,13 @@ impl PyChatTemplate {
             add_generation_prompt,
             continue_final,
         };
-        let threads = threads.unwrap_or(1).clamp(1, 16);
+        let pipelined = threads.is_some_and(|t| t > 1);
         let list = PyList::empty(py);
         let mut iter = conversations.try_iter()?;
         self.with_converter(py, |c| {
             let vars = self.vars(c, variables)?;
-            if threads > 1 {
-                self.render_pipelined(c, &vars, &mut iter, &options, threads - 1, &list)?;
+            if pipelined {
+                self.render_pipelined(c, &vars, &mut iter, &options, &list)?;
                 return Ok(list);
             }
             let mut block = Block::default();

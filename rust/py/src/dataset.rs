@@ -473,10 +473,7 @@ pub(crate) fn render_dataset<'py>(
     // in again by the next render.
     let mut results: Vec<Option<Bound<'py, PyAny>>> = Vec::new();
     results.resize_with(rows, || None);
-    let put = |results: &mut Vec<Option<Bound<'py, PyAny>>>,
-               row: usize,
-               outs: &mut Vec<Bound<'py, PyAny>>|
-     -> PyResult<()> {
+    let mut put = |row: usize, outs: &mut Vec<Bound<'py, PyAny>>| -> PyResult<()> {
         let value = match ppl_label_objects {
             None => outs
                 .drain(..)
@@ -528,7 +525,7 @@ pub(crate) fn render_dataset<'py>(
             }
         }
         if complete {
-            put(&mut results, row, &mut row_outs)?;
+            put(row, &mut row_outs)?;
         } else {
             pending.push(row);
         }
@@ -558,7 +555,7 @@ pub(crate) fn render_dataset<'py>(
                     .ok_or_else(|| unsupported("missing output"))?;
                 row_outs.push(maker.make(out)?);
             }
-            put(&mut results, row, &mut row_outs)?;
+            put(row, &mut row_outs)?;
         }
     }
     let none = py.None().into_bound(py);

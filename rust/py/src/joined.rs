@@ -1,6 +1,7 @@
-//! Outputs assembled from Python string objects with `str.join`, where that is provably the
-//! reference's result: the template's literal pieces (made once) and the row's own value
-//! objects, so nothing is copied through UTF-8 and no Rust string is made per call.
+//! String templates without in-context examples, filled in one scan where that is provably the
+//! reference's result (no key and no used value with a brace): a row is read in one pass over
+//! its items and the prompt written into a reused buffer. Also the `str()` and brace helpers
+//! the dataset job's `str.join` assembly uses.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -153,13 +154,8 @@ impl JoinedTemplate {
                 }
             }
         }
-        let mut token = None;
-        if let Some((slot, t)) = mask {
-            if let Some(v) = slot.and_then(|s| values.get_mut(s)) {
-                *v = None;
-            }
-            token = slot.map(|s| (s, t));
-        }
+        // the masked slot's token (a mask naming no slot changes nothing)
+        let token = mask.and_then(|(slot, t)| slot.map(|s| (s, t)));
         BUFFER.with(|buffer| match buffer.try_borrow_mut() {
             Ok(mut buf) => {
                 buf.clear();

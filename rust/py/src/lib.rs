@@ -9,7 +9,6 @@ mod format;
 mod joined;
 mod markers;
 mod meta;
-mod owner;
 mod template;
 
 #[pyo3::pymodule]

@@ -1,14 +1,14 @@
-//! `MetaTemplate`: a compiled model meta template (LM and API walks).
+//! `MetaTemplate`: a compiled model meta template (LM and API walks), and `LmParse`, the
+//! `LMTemplateParser.parse_template` a parser takes as its own.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use pyo3::{PyTraverseError, PyVisit};
+use pyo3::{PyTraverseError, PyVisit, intern};
 
 use promptweave_core::{Flavor, MetaEntry, MetaTemplate, Mode, RoleSpec};
 
 use crate::convert::InputItems;
-use crate::errors::{to_py_err, unsupported};
-use crate::owner::{Owner, unless_fallback};
+use crate::errors::{FallbackRequired, to_py_err, unsupported};
 
 /// A compiled meta template.
 #[pyclass(frozen, name = "MetaTemplate", module = "promptweave._core")]
@@ -149,14 +149,61 @@ impl PyMetaTemplate {
 }
 
 /// `LMTemplateParser.parse_template` for its common cases, installed on a parser as its own
-/// method (see [`crate::owner`]): a `str` prompt is returned as it is, a `PromptList` of the
-/// parser's flavour is rendered by the meta template; anything else is handed to the parser's
-/// class method.
+/// instance method (a per-row call then runs no Python frame): a `str` prompt is returned as
+/// it is, a `PromptList` of the parser's flavour is rendered by the meta template; anything
+/// else (and everything under `FORCE_PYTHON`, and what the core gives up on) is handed to the
+/// class method, the one definition of the full behaviour.
 #[pyclass(frozen, name = "LmParse", module = "promptweave._core")]
 pub(crate) struct PyLmParse {
+    /// the parser, held strongly (a temporary one, as in `LMTemplateParser(m).parse_template
+    /// (...)`, must live through the call); reported to the garbage collector, which frees the
+    /// cycle through the parser's instance dict
+    parser: Py<PyAny>,
     meta: Option<Py<PyMetaTemplate>>,
     prompt_list: Py<PyAny>,
-    owner: Owner,
+    /// the namespace of `promptweave._backend`, whose `FORCE_PYTHON` is read on every call
+    /// (tests switch it after the parsers are built)
+    backend: Py<PyDict>,
+}
+
+impl PyLmParse {
+    /// The shortcut's result; `None` when the class method must render.
+    fn shortcut<'py>(
+        &self,
+        py: Python<'py>,
+        prompt_template: &Bound<'py, PyAny>,
+        mode: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let gen_mode = match mode.cast_exact::<PyString>().map(|m| m.to_str()) {
+            Ok(Ok("gen")) => true,
+            Ok(Ok("ppl")) => false,
+            _ => return Ok(None),
+        };
+        if prompt_template.is_exact_instance_of::<PyString>() {
+            return Ok(Some(prompt_template.clone()));
+        }
+        let Some(meta) = &self.meta else {
+            return Ok(None);
+        };
+        if !prompt_template.get_type().is(self.prompt_list.bind(py)) {
+            return Ok(None);
+        }
+        let force = self
+            .backend
+            .bind(py)
+            .get_item(intern!(py, "FORCE_PYTHON"))?;
+        if force.map(|f| f.is_truthy()).transpose()? == Some(true) {
+            return Ok(None);
+        }
+        match meta
+            .get()
+            .render_lm(prompt_template.cast::<PyList>()?, gen_mode)
+        {
+            Ok(s) => Ok(Some(PyString::new(py, &s).into_any())),
+            Err(e) if e.is_instance_of::<FallbackRequired>(py) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[pymethods]
@@ -169,21 +216,24 @@ impl PyLmParse {
         meta: Option<Py<PyMetaTemplate>>,
         prompt_list: Py<PyAny>,
     ) -> PyResult<Self> {
+        let py = parser.py();
         Ok(Self {
+            parser: parser.clone().unbind(),
             meta,
             prompt_list,
-            owner: Owner::new(parser)?,
+            backend: py.import("promptweave._backend")?.dict().unbind(),
         })
     }
 
     // PyO3 hands the visitor over by value
     #[allow(clippy::needless_pass_by_value)]
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        self.owner.traverse(&visit)?;
+        visit.call(&self.parser)?;
         if let Some(meta) = &self.meta {
             visit.call(meta)?;
         }
-        visit.call(&self.prompt_list)
+        visit.call(&self.prompt_list)?;
+        visit.call(&self.backend)
     }
 
     fn parse_template<'py>(
@@ -192,34 +242,14 @@ impl PyLmParse {
         prompt_template: &Bound<'py, PyAny>,
         mode: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let gen_mode = match mode.cast_exact::<PyString>().map(|m| m.to_str()) {
-            Ok(Ok("gen")) => Some(true),
-            Ok(Ok("ppl")) => Some(false),
-            _ => None,
-        };
-        if let Some(gen_mode) = gen_mode {
-            if prompt_template.is_exact_instance_of::<PyString>() {
-                return Ok(prompt_template.clone());
-            }
-            if let Some(meta) = &self.meta {
-                if prompt_template.get_type().is(self.prompt_list.bind(py))
-                    && !self.owner.force_python(py)?
-                {
-                    let list = prompt_template.cast::<PyList>()?;
-                    let out = meta
-                        .get()
-                        .render_lm(list, gen_mode)
-                        .map(|s| PyString::new(py, &s).into_any());
-                    if let Some(out) = unless_fallback(py, out)? {
-                        return Ok(out);
-                    }
-                }
-            }
+        if let Some(out) = self.shortcut(py, prompt_template, mode)? {
+            return Ok(out);
         }
-        self.owner.delegate(
-            py,
-            pyo3::intern!(py, "parse_template"),
-            vec![prompt_template.clone(), mode.clone()],
-        )
+        // `type(parser).parse_template(parser, prompt_template, mode)`
+        let parser = self.parser.bind(py);
+        parser
+            .get_type()
+            .getattr(intern!(py, "parse_template"))?
+            .call1((parser, prompt_template, mode))
     }
 }

@@ -1,6 +1,7 @@
 //! `CompiledTemplate`: a compiled `PromptTemplate` body set.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
@@ -9,7 +10,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
 
 use crate::convert::{
-    InputItems, Raw, RowStrings, Sources, Strs, is_plain_value, items_to_py, raw_item,
+    InputItems, Raw, RowStrings, Sources, Strs, empty_list, is_plain_value, items_to_py, raw_item,
 };
 use crate::errors::{to_py_err, unsupported};
 use crate::joined::JoinedTemplate;
@@ -40,7 +41,28 @@ pub(crate) struct PyCompiledTemplate {
 /// objects, so an address seen again is the same object.
 #[derive(Default)]
 struct IceMemo {
-    entries: HashMap<u64, Arc<MemoEntry>>,
+    entries: HashMap<u64, Arc<MemoEntry>, BuildHasherDefault<Prehashed>>,
+}
+
+/// The hasher of the memo's keys, which are hashes already ([`row_identity`]): the key is
+/// the hash.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 /// At most this many remembered outputs (then the memo starts again empty).
@@ -353,7 +375,7 @@ impl PyCompiledTemplate {
                 let old = if memo.entries.len() >= MEMO_ENTRIES {
                     std::mem::take(&mut memo.entries)
                 } else {
-                    HashMap::new()
+                    HashMap::default()
                 };
                 let replaced = memo.entries.insert(h, Arc::new(new));
                 drop(memo);
@@ -446,10 +468,7 @@ impl PyCompiledTemplate {
 
     /// An empty list of the class outputs are returned as (the flavour's `PromptList`).
     fn new_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        match &self.prompt_list {
-            Some(cls) => Ok(cls.bind(py).call0()?.cast_into::<PyList>()?),
-            None => Ok(PyList::empty(py)),
-        }
+        empty_list(py, self.prompt_list.as_ref().map(|cls| cls.bind(py)))
     }
 
     fn call<'a>(
