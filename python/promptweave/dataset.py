@@ -439,7 +439,7 @@ class DatasetRenderer:
         train_rows = as_rows(train, "train") if train is not None else test_rows
         if limit is not None:
             test_rows = test_rows[:limit]
-        dataset = Dataset(test_rows, train_rows, self.input_columns, self.output_column)
+        dataset = Dataset._of_rows(test_rows, train_rows, self.input_columns, self.output_column)
         retriever = self._retriever(dataset)
         # lists are passed on as they are (FixK hands every row the same list object); zero-shot
         # rows share one empty list, so the job groups them at no cost

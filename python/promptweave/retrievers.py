@@ -197,6 +197,24 @@ class Dataset:
         self.input_columns: list[str] = self._check_input_columns(input_columns)
 
     @classmethod
+    def _of_rows(
+        cls,
+        test: list[Row],
+        train: list[Row],
+        input_columns: Sequence[str] | str | None = None,
+        output_column: str | None = None,
+    ) -> Dataset:
+        """Over rows ``_rows_of`` already gave (plain dicts, kept as they are: not checked a
+        second time, which costs a pass over every row)."""
+        self = cls.__new__(cls)
+        self.flavor = cls._flavor
+        self.test = test
+        self.train = train
+        self.output_column = self._check_output_column(output_column)
+        self.input_columns = self._check_input_columns(input_columns)
+        return self
+
+    @classmethod
     def from_rows(
         cls,
         rows: Any,

@@ -132,10 +132,16 @@ fn classify(rest: &[u8]) -> Option<Tag> {
     (name.get(name_len) == Some(&b'>')).then_some(Tag::Unknown(TAG_PREFIX.len() + name_len + 1))
 }
 
+/// The searcher for [`TAG_PREFIX`], built once (building one costs about as much as searching a
+/// short content string).
+static TAG_FINDER: std::sync::LazyLock<memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memmem::Finder::new(TAG_PREFIX));
+
 /// Every tag of `content` with its byte offset, left to right.
 fn tags(content: &str) -> impl Iterator<Item = (usize, Tag)> + '_ {
     let bytes = content.as_bytes();
-    memmem::find_iter(bytes, TAG_PREFIX)
+    TAG_FINDER
+        .find_iter(bytes)
         .filter_map(move |at| bytes.get(at..).and_then(classify).map(|tag| (at, tag)))
 }
 

@@ -106,6 +106,7 @@ pub(crate) fn render_mm_rows<'py>(
     // row (a fixed instruction) is one str object (str objects are immutable: sharing one is
     // invisible, and it spares an allocation per row)
     let mut last: Vec<Option<(Modality, String, Bound<'py, PyString>)>> = Vec::new();
+    let mut filled = String::new();
     for row in rows.iter() {
         let row = row
             .cast_exact::<PyDict>()
@@ -138,14 +139,28 @@ pub(crate) fn render_mm_rows<'py>(
             if last.len() <= at {
                 last.resize(at + 1, None);
             }
-            let filled = match &last[at] {
+            let filled = match &mut last[at] {
                 Some((m, payload, s)) if *m == part.modality && *payload == part.payload => {
                     s.clone()
                 }
-                _ => {
-                    let filled = spec.pieces.join(&*part.payload);
+                slot => {
+                    filled.clear();
+                    for (i, piece) in spec.pieces.iter().enumerate() {
+                        if i > 0 {
+                            filled.push_str(&part.payload);
+                        }
+                        filled.push_str(piece);
+                    }
                     let s = PyString::new(py, &filled);
-                    last[at] = Some((part.modality, part.payload.to_string(), s.clone()));
+                    match slot {
+                        Some((m, payload, held)) => {
+                            *m = part.modality;
+                            payload.clear();
+                            payload.push_str(&part.payload);
+                            *held = s.clone();
+                        }
+                        None => *slot = Some((part.modality, part.payload.to_string(), s.clone())),
+                    }
                     s
                 }
             };
