@@ -23,8 +23,6 @@
 
 use std::borrow::Cow;
 
-use memchr::memmem;
-
 use crate::error::{Error, Result};
 
 /// Opens a text segment; its payload fills `{question}` of the `text` part template.
@@ -132,17 +130,18 @@ fn classify(rest: &[u8]) -> Option<Tag> {
     (name.get(name_len) == Some(&b'>')).then_some(Tag::Unknown(TAG_PREFIX.len() + name_len + 1))
 }
 
-/// The searcher for [`TAG_PREFIX`], built once (building one costs about as much as searching a
-/// short content string).
-static TAG_FINDER: std::sync::LazyLock<memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memmem::Finder::new(TAG_PREFIX));
-
-/// Every tag of `content` with its byte offset, left to right.
+/// Every tag of `content` with its byte offset, left to right. (Found from each `<`: content
+/// strings hold few, and a one-byte search beats a substring searcher on strings this short.
+/// `<AIS_` cannot overlap itself, so this finds what a substring search finds.)
 fn tags(content: &str) -> impl Iterator<Item = (usize, Tag)> + '_ {
     let bytes = content.as_bytes();
-    TAG_FINDER
-        .find_iter(bytes)
-        .filter_map(move |at| bytes.get(at..).and_then(classify).map(|tag| (at, tag)))
+    memchr::memchr_iter(b'<', bytes).filter_map(move |at| {
+        let rest = bytes.get(at..)?;
+        if !rest.starts_with(TAG_PREFIX) {
+            return None;
+        }
+        classify(rest).map(|tag| (at, tag))
+    })
 }
 
 /// The character (code point) position of byte offset `at`.
