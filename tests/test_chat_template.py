@@ -30,6 +30,7 @@ import chat_corpus
 
 from promptweave import ChatTemplate
 from promptweave.errors import (
+    ArgumentError,
     ChatInputError,
     ChatTemplateRaised,
     ChatTemplateRenderError,
@@ -189,6 +190,153 @@ def test_input_errors_match(corpus: dict[str, str], ref_tok: Any) -> None:
         assert ours[1] == ref[1]
     with pytest.raises(ChatInputError, match="empty conversation"):
         ChatTemplate(source).render([])
+
+
+# ====================================================================== None-valued keys
+
+#: OpenAI-style messages with ``None`` values: a tool call without text, a ``name`` set to None
+NONE_CASES: dict[str, dict[str, Any]] = {
+    "none_tool_call": {
+        "messages": [
+            chat_corpus.SYSTEM,
+            chat_corpus.WEATHER_QUESTION,
+            {**chat_corpus.TOOL_CALL, "content": None},
+            chat_corpus.TOOL_RESULT,
+        ],
+        "tools": [chat_corpus.WEATHER_TOOL],
+        "add_generation_prompt": True,
+    },
+    "none_fields": {
+        "messages": [
+            {**chat_corpus.USER1, "name": None},
+            {**chat_corpus.ASSISTANT1, "tool_calls": None},
+            chat_corpus.USER2,
+        ],
+        "add_generation_prompt": True,
+    },
+}
+
+
+def _keep_none_messages(conversation: Any) -> list[dict[str, Any]]:
+    """transformers 5.24's message normalisation without its None-dropping step: what
+    transformers 4.x and 5.0-5.23 hand the template (they have no such step)."""
+    from transformers.utils.chat_template_utils import _message_objects_to_dicts
+
+    messages = _message_objects_to_dicts(getattr(conversation, "messages", conversation))
+    return [dict(m) if isinstance(m, dict) else m for m in messages]
+
+
+@pytest.fixture
+def ref_keep_none(ref_tok: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The reference tokenizer, rendering as transformers before 5.24 (None values kept)."""
+    import transformers.tokenization_utils_base as tub
+
+    assert hasattr(tub, "_normalize_chat_messages"), "not the transformers this test knows"
+    monkeypatch.setattr(tub, "_normalize_chat_messages", _keep_none_messages)
+    return ref_tok
+
+
+def _none_params() -> list[Any]:
+    return [
+        pytest.param(name, case, id=f"{name}-{case}") for name in TEMPLATES for case in NONE_CASES
+    ]
+
+
+@pytest.mark.parametrize(("name", "case"), _none_params())
+def test_none_values_dropped_like_transformers(
+    name: str, case: str, corpus: dict[str, str], ref_tok: Any
+) -> None:
+    source = corpus[name]
+    ref = _reference(ref_tok, source, NONE_CASES[case])
+    _assert_same(ref, chat_corpus.ours_outcome(source, NONE_CASES[case]))
+    _assert_same(ref, chat_corpus.ours_outcome(source, NONE_CASES[case], none_values="drop"))
+
+
+@pytest.mark.parametrize(("name", "case"), _none_params())
+def test_none_values_kept_like_older_transformers(
+    name: str, case: str, corpus: dict[str, str], ref_keep_none: Any
+) -> None:
+    source = corpus[name]
+    ref = _reference(ref_keep_none, source, NONE_CASES[case])
+    _assert_same(ref, chat_corpus.ours_outcome(source, NONE_CASES[case], none_values="keep"))
+
+
+def test_none_values_modes_differ(
+    corpus: dict[str, str], ref_tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two reference behaviours differ on these cases (so the tests above compare
+    something), and promptweave's modes differ the same way."""
+    source = (
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.name is defined }}\n{% endfor %}"
+    )
+    case = {"messages": [{"role": "user", "content": None, "name": None}]}
+    dropped = _reference(ref_tok, source, case)
+    assert dropped == ("ok", "user:|False\n")
+    import transformers.tokenization_utils_base as tub
+
+    monkeypatch.setattr(tub, "_normalize_chat_messages", _keep_none_messages)
+    kept = _reference(ref_tok, source, case)
+    assert kept == ("ok", "user:None|True\n")
+    assert chat_corpus.ours_outcome(source, case) == dropped
+    assert chat_corpus.ours_outcome(source, case, none_values="keep") == kept
+    differing = 0
+    for name in TEMPLATES:
+        for c in NONE_CASES.values():
+            a = chat_corpus.ours_outcome(corpus[name], c)
+            b = chat_corpus.ours_outcome(corpus[name], c, none_values="keep")
+            differing += a != b
+    assert differing >= 5
+
+
+@pytest.mark.parametrize("threads", [None, 2])
+def test_none_values_kept_in_batches_and_on_both_engines(
+    corpus: dict[str, str], threads: int | None
+) -> None:
+    """``render`` (the borrowing reader), the full engine and ``render_many`` (the copying
+    reader, one thread or pipelined) agree in both modes."""
+    from promptweave._core import CompiledChatTemplate
+
+    def outcome(f: Any, *args: Any) -> Any:
+        try:
+            return ("ok", f(*args))
+        except ChatTemplateRenderError as exc:
+            return ("render", str(exc))
+
+    convs = [c["messages"] for c in NONE_CASES.values()]
+    rendered = 0
+    for name in ("Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct"):
+        for mode in ("drop", "keep"):
+            t = ChatTemplate(
+                corpus[name], special_tokens=chat_corpus.SPECIAL_TOKENS, none_values=mode
+            )
+            full = CompiledChatTemplate(corpus[name], None, False, mode == "keep")
+            variables = t._variables(None, None, {})
+            ok = []
+            for c in convs:
+                one = outcome(t.render, c, True)
+                assert outcome(full.render, c, variables, True) == one
+                if one[0] == "ok":
+                    ok.append((c, one[1]))
+            rendered += len(ok)
+            batch = [c for c, _ in ok] * 3
+            want = [text for _, text in ok] * 3
+            assert t.render_many(batch, add_generation_prompt=True, threads=threads) == want
+    assert rendered >= 6
+
+
+def test_none_values_argument_is_checked_and_kept_by_copies() -> None:
+    import copy
+    import pickle
+
+    with pytest.raises(ArgumentError, match="none_values"):
+        ChatTemplate("{{ messages }}", none_values="skip")  # type: ignore[arg-type]
+    t = ChatTemplate("{{ messages[0].content }}", none_values="keep")
+    msgs = [{"role": "user", "content": None}]
+    assert t.render(msgs) == "None"
+    for c in (copy.copy(t), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+        assert c.none_values == "keep"
+        assert c.render(msgs) == "None"
+    assert ChatTemplate("{{ messages[0].content }}").render(msgs) == ""
 
 
 # ================================================================================== batches

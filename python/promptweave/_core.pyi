@@ -103,7 +103,11 @@ class CompiledChatTemplate:
     """A HuggingFace chat template compiled by the Rust core (transformers' semantics)."""
 
     def __new__(
-        cls, source: str, plain_hook: Any | None = None, fast: bool = True
+        cls,
+        source: str,
+        plain_hook: Any | None = None,
+        fast: bool = True,
+        keep_none: bool = False,
     ) -> CompiledChatTemplate: ...
     @property
     def source(self) -> str: ...

@@ -9,6 +9,12 @@ same inputs: the same sandbox rules, whitespace handling (``trim_blocks``/``lstr
 handling of the inputs (keys whose value is ``None`` are dropped, reasoning-field aliases,
 ``continue_final_message``, named templates with a ``tool_use`` variant).
 
+transformers changed one input rule in 5.24: a message key whose value is ``None`` (OpenAI-style
+``{"role": "assistant", "content": None, "tool_calls": [...]}``) is dropped before rendering, so
+the template finds it undefined; earlier versions (4.x and 5.0-5.23) pass the ``None`` on, and
+``{{ message.content }}`` prints ``None``. ``none_values='drop'`` (default) renders as 5.24 and
+later, ``none_values='keep'`` as the earlier versions.
+
 Guard rails (both off by default except the BOS warning, which only fires when the tokenizer is
 known to add a BOS token itself):
 
@@ -55,6 +61,7 @@ SPECIAL_TOKEN_NAMES = (
 
 DoubleBos = Literal["warn", "error", "ignore"]
 SystemHandling = Literal["keep", "merge", "auto"]
+NoneValues = Literal["drop", "keep"]
 
 #: conversation types that are their own messages (no ``.messages`` to look up)
 _SEQUENCES = (list, tuple)
@@ -147,6 +154,8 @@ class ChatTemplate:
         double_bos: ``'warn'``, ``'error'`` or ``'ignore'`` (see the module documentation).
         system: ``'keep'``, ``'merge'`` or ``'auto'``; ``system_separator`` joins a merged
             system message and the first user message.
+        none_values: ``'drop'`` (transformers 5.24 and later) or ``'keep'`` (earlier versions):
+            what happens to a message key whose value is ``None``.
     """
 
     def __init__(
@@ -160,6 +169,7 @@ class ChatTemplate:
         double_bos: DoubleBos = "warn",
         system: SystemHandling = "keep",
         system_separator: str = "\n\n",
+        none_values: NoneValues = "drop",
     ) -> None:
         if double_bos not in ("warn", "error", "ignore"):
             raise ArgumentError(
@@ -167,6 +177,9 @@ class ChatTemplate:
             )
         if system not in ("keep", "merge", "auto"):
             raise ArgumentError(f"system must be 'keep', 'merge' or 'auto', got {system!r}")
+        if none_values not in ("drop", "keep"):
+            raise ArgumentError(f"none_values must be 'drop' or 'keep', got {none_values!r}")
+        self._none_values: NoneValues = none_values
         named = _templates_of(template, "template")
         self._named: dict[str, str] = {} if isinstance(named, str) else named
         self._default_source: str | None = named if isinstance(named, str) else None
@@ -198,6 +211,7 @@ class ChatTemplate:
             "double_bos": self.double_bos,
             "system": self.system,
             "system_separator": self.system_separator,
+            "none_values": self._none_values,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -256,6 +270,11 @@ class ChatTemplate:
         )
 
     @property
+    def none_values(self) -> NoneValues:
+        """``'drop'`` or ``'keep'`` (fixed at construction: the compiled templates hold it)."""
+        return self._none_values
+
+    @property
     def template(self) -> str | dict[str, str]:
         """The template source (or the named templates)."""
         return self._default_source if self._default_source is not None else dict(self._named)
@@ -263,7 +282,7 @@ class ChatTemplate:
     def _compile(self, source: str) -> CompiledChatTemplate:
         compiled = self._compiled.get(source)
         if compiled is None:
-            compiled = CompiledChatTemplate(source, _plain)
+            compiled = CompiledChatTemplate(source, _plain, keep_none=self._none_values == "keep")
             self._compiled[source] = compiled
         return compiled
 

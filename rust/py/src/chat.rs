@@ -35,6 +35,8 @@ fn chat_err(err: ChatError, conversation: Option<usize>) -> PyErr {
 
 struct Converter<'a, 'py> {
     hook: Option<&'a Bound<'py, PyAny>>,
+    /// keep a message's keys whose value is `None` (transformers before 5.24 keeps them)
+    keep_none: bool,
 }
 
 impl<'py> Converter<'_, 'py> {
@@ -102,7 +104,10 @@ impl<'py> Converter<'_, 'py> {
                         "chat template input hook returned its argument",
                     ));
                 }
-                let inner = Converter { hook: None };
+                let inner = Converter {
+                    hook: None,
+                    keep_none: self.keep_none,
+                };
                 inner.value(&plain, depth + 1)
             }
             None => Ok(Value::from(format!(
@@ -123,7 +128,7 @@ impl<'py> Converter<'_, 'py> {
     }
 
     /// One conversation: a sequence of dicts, keys with a `None` value dropped (transformers'
-    /// `_normalize_chat_messages`).
+    /// `_normalize_chat_messages`, since 5.24) unless `keep_none`.
     fn conversation(&self, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Map>> {
         let mut out = Vec::new();
         for item in obj.try_iter()? {
@@ -132,7 +137,7 @@ impl<'py> Converter<'_, 'py> {
             if let Ok(d) = item.cast_exact::<PyDict>() {
                 let mut map = Map::with_capacity(d.len());
                 for (k, v) in d.iter() {
-                    if !v.is_none() {
+                    if self.keep_none || !v.is_none() {
                         map.insert(self.value(&k, 2)?, self.value(&v, 2)?);
                     }
                 }
@@ -146,7 +151,12 @@ impl<'py> Converter<'_, 'py> {
                     item.repr()?
                 )));
             };
-            out.push(entries.into_iter().filter(|(_, v)| !v.is_none()).collect());
+            out.push(
+                entries
+                    .into_iter()
+                    .filter(|(_, v)| self.keep_none || !v.is_none())
+                    .collect(),
+            );
         }
         Ok(out)
     }
@@ -265,9 +275,13 @@ impl Plain {
 
     /// Adds a conversation of plain messages (an exact list of exact dicts with string keys):
     /// its range of `messages`, or `None` (and nothing kept) when it is not plain.
-    fn conversation(&mut self, obj: &Bound<'_, PyAny>) -> Option<std::ops::Range<usize>> {
+    fn conversation(
+        &mut self,
+        obj: &Bound<'_, PyAny>,
+        keep_none: bool,
+    ) -> Option<std::ops::Range<usize>> {
         let mark = self.mark();
-        if read_messages(self, obj).is_none() {
+        if read_messages(self, obj, keep_none).is_none() {
             self.rollback(mark);
             return None;
         }
@@ -339,13 +353,17 @@ trait Fields<'py> {
 /// Reads a conversation: an exact list of exact dicts; `None` when it is not plain. (A tuple
 /// goes to the full engine: in Jinja2 `messages + [...]` fails on one, and the fast path's
 /// messages are a list.)
-fn read_messages<'py>(into: &mut impl Fields<'py>, obj: &Bound<'py, PyAny>) -> Option<()> {
+fn read_messages<'py>(
+    into: &mut impl Fields<'py>,
+    obj: &Bound<'py, PyAny>,
+    keep_none: bool,
+) -> Option<()> {
     let mut one = |item: Bound<'py, PyAny>| -> Option<()> {
         let d = item.cast_exact::<PyDict>().ok()?;
         let start = into.count();
         for (k, v) in d.iter() {
-            // keys with a None value are dropped, as transformers drops them
-            if !v.is_none() {
+            // keys with a None value are dropped, as transformers (since 5.24) drops them
+            if keep_none || !v.is_none() {
                 into.field(k, v)?;
             }
         }
@@ -372,7 +390,7 @@ fn read_variables<'py>(into: &mut impl Fields<'py>, variables: &Bound<'py, PyAny
 /// copying it.
 #[derive(Default)]
 struct Borrowed<'py> {
-    /// every kept field, message after message (`None`-valued keys dropped)
+    /// every kept field, message after message
     fields: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
     /// each message's range of `fields`
     messages: Vec<(usize, usize)>,
@@ -397,9 +415,9 @@ impl<'py> Fields<'py> for Borrowed<'py> {
 
 impl<'py> Borrowed<'py> {
     /// A conversation of plain messages, or `None`.
-    fn conversation(obj: &Bound<'py, PyAny>) -> Option<Self> {
+    fn conversation(obj: &Bound<'py, PyAny>, keep_none: bool) -> Option<Self> {
         let mut b = Borrowed::default();
-        read_messages(&mut b, obj)?;
+        read_messages(&mut b, obj, keep_none)?;
         Some(b)
     }
 
@@ -555,6 +573,7 @@ const EMPTY_CONVERSATION: &str =
 pub(crate) struct PyChatTemplate {
     inner: ChatTemplate,
     hook: Option<Py<PyAny>>,
+    keep_none: bool,
 }
 
 impl PyChatTemplate {
@@ -566,6 +585,7 @@ impl PyChatTemplate {
         let hook = self.hook.as_ref().map(|h| h.bind(py).clone());
         f(&Converter {
             hook: hook.as_ref(),
+            keep_none: self.keep_none,
         })
     }
 
@@ -596,7 +616,7 @@ impl PyChatTemplate {
         }
         let chat = conversation_of(messages, None)?;
         let (Some(conv), Some(vars)) = (
-            Borrowed::conversation(&chat),
+            Borrowed::conversation(&chat, self.keep_none),
             Borrowed::variables(variables),
         ) else {
             return Ok(None);
@@ -741,7 +761,7 @@ impl PyChatTemplate {
             };
             let chat = conversation_of(&chat?, index.map(|i| i + block.chats.len()))?;
             if vars.plain.is_some() {
-                if let Some(range) = block.plain.conversation(&chat) {
+                if let Some(range) = block.plain.conversation(&chat, c.keep_none) {
                     block.chats.push(Chat::Plain(range));
                     continue;
                 }
@@ -757,9 +777,16 @@ impl PyChatTemplate {
     /// Compile `source`; `plain_hook(obj)` turns objects that are not plain JSON data into it.
     /// `fast=False` renders everything with the full engine (the fast path is for plain
     /// conversations and gives the same result; this switch exists to compare the two).
+    /// `keep_none` keeps the message keys whose value is `None` (transformers before 5.24);
+    /// by default they are dropped (transformers 5.24 and later).
     #[new]
-    #[pyo3(signature = (source, plain_hook=None, fast=true))]
-    fn new(source: &str, plain_hook: Option<Py<PyAny>>, fast: bool) -> PyResult<Self> {
+    #[pyo3(signature = (source, plain_hook=None, fast=true, keep_none=false))]
+    fn new(
+        source: &str,
+        plain_hook: Option<Py<PyAny>>,
+        fast: bool,
+        keep_none: bool,
+    ) -> PyResult<Self> {
         let mut inner = ChatTemplate::compile(source).map_err(|e| chat_err(e, None))?;
         if !fast {
             inner = inner.without_fast_path();
@@ -767,6 +794,7 @@ impl PyChatTemplate {
         Ok(PyChatTemplate {
             inner,
             hook: plain_hook,
+            keep_none,
         })
     }
 
