@@ -192,7 +192,7 @@ def test_input_errors_match(corpus: dict[str, str], ref_tok: Any) -> None:
         ChatTemplate(source).render([])
 
 
-# ====================================================================== None-valued keys
+# ============================================================ transformers versions' inputs
 
 #: OpenAI-style messages with ``None`` values: a tool call without text, a ``name`` set to None
 NONE_CASES: dict[str, dict[str, Any]] = {
@@ -216,84 +216,118 @@ NONE_CASES: dict[str, dict[str, Any]] = {
     },
 }
 
+#: reasoning text under each of its names, on a final assistant message (which templates such
+#: as Qwen3's render with its reasoning)
+REASONING_NAME_CASES: dict[str, dict[str, Any]] = {
+    f"reasoning_as_{key}": {
+        "messages": [chat_corpus.USER1, {**chat_corpus.ASSISTANT1, key: "The user asks who I am."}],
+        "add_generation_prompt": False,
+    }
+    for key in ("reasoning_content", "thinking", "reasoning")
+}
+
+VERSION_CASES = {**NONE_CASES, **REASONING_NAME_CASES}
+
 
 def _keep_none_messages(conversation: Any) -> list[dict[str, Any]]:
-    """transformers 5.24's message normalisation without its None-dropping step: what
-    transformers 4.x and 5.0-5.23 hand the template (they have no such step)."""
+    """transformers 5.24's message normalisation without its None-dropping step (which 5.23
+    added): what earlier versions hand the template."""
     from transformers.utils.chat_template_utils import _message_objects_to_dicts
 
     messages = _message_objects_to_dicts(getattr(conversation, "messages", conversation))
     return [dict(m) if isinstance(m, dict) else m for m in messages]
 
 
-@pytest.fixture
-def ref_keep_none(ref_tok: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The reference tokenizer, rendering as transformers before 5.24 (None values kept)."""
+def _as_older_transformers(monkeypatch: pytest.MonkeyPatch, version: tuple[int, int]) -> None:
+    """Make the installed transformers (5.24) hand messages to the template as ``version``
+    did: None values kept before 5.23, reasoning fields not aliased before 5.21 (the two steps
+    5.21 and 5.23 added; checked against real 4.57.6, 5.20.2, 5.22.0 and 5.23.0 when written)."""
     import transformers.tokenization_utils_base as tub
+    import transformers.utils.chat_template_utils as ctu
 
     assert hasattr(tub, "_normalize_chat_messages"), "not the transformers this test knows"
-    monkeypatch.setattr(tub, "_normalize_chat_messages", _keep_none_messages)
-    return ref_tok
+    assert hasattr(ctu, "_alias_reasoning_fields"), "not the transformers this test knows"
+    if version < (5, 23):
+        monkeypatch.setattr(tub, "_normalize_chat_messages", _keep_none_messages)
+    if version < (5, 21):
+        monkeypatch.setattr(ctu, "_alias_reasoning_fields", lambda chat: chat)
 
 
-def _none_params() -> list[Any]:
+def _version_params() -> list[Any]:
     return [
-        pytest.param(name, case, id=f"{name}-{case}") for name in TEMPLATES for case in NONE_CASES
+        pytest.param(name, case, id=f"{name}-{case}")
+        for name in TEMPLATES
+        for case in VERSION_CASES
     ]
 
 
-@pytest.mark.parametrize(("name", "case"), _none_params())
-def test_none_values_dropped_like_transformers(
+@pytest.mark.parametrize(("name", "case"), _version_params())
+def test_inputs_handled_like_transformers(
     name: str, case: str, corpus: dict[str, str], ref_tok: Any
 ) -> None:
     source = corpus[name]
-    ref = _reference(ref_tok, source, NONE_CASES[case])
-    _assert_same(ref, chat_corpus.ours_outcome(source, NONE_CASES[case]))
-    _assert_same(ref, chat_corpus.ours_outcome(source, NONE_CASES[case], none_values="drop"))
+    ref = _reference(ref_tok, source, VERSION_CASES[case])
+    _assert_same(ref, chat_corpus.ours_outcome(source, VERSION_CASES[case]))
+    ours = chat_corpus.ours_outcome(source, VERSION_CASES[case], transformers_version="5.24.0")
+    _assert_same(ref, ours)
 
 
-@pytest.mark.parametrize(("name", "case"), _none_params())
-def test_none_values_kept_like_older_transformers(
-    name: str, case: str, corpus: dict[str, str], ref_keep_none: Any
+@pytest.mark.parametrize("version", ["5.23.0", "5.22.0", "4.57.6"])
+@pytest.mark.parametrize(("name", "case"), _version_params())
+def test_inputs_handled_like_older_transformers(
+    name: str,
+    case: str,
+    version: str,
+    corpus: dict[str, str],
+    ref_tok: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    major, minor = (int(x) for x in version.split(".")[:2])
+    _as_older_transformers(monkeypatch, (major, minor))
     source = corpus[name]
-    ref = _reference(ref_keep_none, source, NONE_CASES[case])
-    _assert_same(ref, chat_corpus.ours_outcome(source, NONE_CASES[case], none_values="keep"))
+    ref = _reference(ref_tok, source, VERSION_CASES[case])
+    ours = chat_corpus.ours_outcome(source, VERSION_CASES[case], transformers_version=version)
+    _assert_same(ref, ours)
 
 
-def test_none_values_modes_differ(
+def test_transformers_versions_differ(
     corpus: dict[str, str], ref_tok: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The two reference behaviours differ on these cases (so the tests above compare
-    something), and promptweave's modes differ the same way."""
+    """The reference behaviours differ on these cases (so the tests above compare something),
+    and promptweave's versions differ the same way."""
     source = (
-        "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.name is defined }}\n{% endfor %}"
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.name is defined }}|"
+        "{{ m.reasoning_content }}\n{% endfor %}"
     )
-    case = {"messages": [{"role": "user", "content": None, "name": None}]}
-    dropped = _reference(ref_tok, source, case)
-    assert dropped == ("ok", "user:|False\n")
-    import transformers.tokenization_utils_base as tub
-
-    monkeypatch.setattr(tub, "_normalize_chat_messages", _keep_none_messages)
-    kept = _reference(ref_tok, source, case)
-    assert kept == ("ok", "user:None|True\n")
-    assert chat_corpus.ours_outcome(source, case) == dropped
-    assert chat_corpus.ours_outcome(source, case, none_values="keep") == kept
+    case = {"messages": [{"role": "user", "content": None, "name": None, "reasoning": "r"}]}
+    outcomes = {"5.24.0": _reference(ref_tok, source, case)}
+    _as_older_transformers(monkeypatch, (5, 22))
+    outcomes["5.22.0"] = _reference(ref_tok, source, case)
+    _as_older_transformers(monkeypatch, (5, 20))
+    outcomes["5.20.2"] = _reference(ref_tok, source, case)
+    assert outcomes == {
+        "5.24.0": ("ok", "user:|False|r\n"),
+        "5.22.0": ("ok", "user:None|True|r\n"),
+        "5.20.2": ("ok", "user:None|True|\n"),
+    }
+    for version, want in outcomes.items():
+        assert chat_corpus.ours_outcome(source, case, transformers_version=version) == want
+    assert chat_corpus.ours_outcome(source, case) == outcomes["5.24.0"]
     differing = 0
     for name in TEMPLATES:
-        for c in NONE_CASES.values():
+        for c in VERSION_CASES.values():
             a = chat_corpus.ours_outcome(corpus[name], c)
-            b = chat_corpus.ours_outcome(corpus[name], c, none_values="keep")
+            b = chat_corpus.ours_outcome(corpus[name], c, transformers_version="4.57.6")
             differing += a != b
     assert differing >= 5
 
 
 @pytest.mark.parametrize("threads", [None, 2])
-def test_none_values_kept_in_batches_and_on_both_engines(
+def test_versions_agree_in_batches_and_on_both_engines(
     corpus: dict[str, str], threads: int | None
 ) -> None:
     """``render`` (the borrowing reader), the full engine and ``render_many`` (the copying
-    reader, one thread or pipelined) agree in both modes."""
+    reader, one thread or pipelined) agree for each version's rules."""
     from promptweave._core import CompiledChatTemplate
 
     def outcome(f: Any, *args: Any) -> Any:
@@ -302,41 +336,47 @@ def test_none_values_kept_in_batches_and_on_both_engines(
         except ChatTemplateRenderError as exc:
             return ("render", str(exc))
 
-    convs = [c["messages"] for c in NONE_CASES.values()]
+    convs = [c["messages"] for c in VERSION_CASES.values()]
     rendered = 0
-    for name in ("Qwen-Qwen2.5-7B-Instruct", "meta-llama-Llama-3.1-8B-Instruct"):
-        for mode in ("drop", "keep"):
+    for name in ("Qwen-Qwen3-0.6B", "meta-llama-Llama-3.1-8B-Instruct"):
+        for version in (None, "5.22.0", "4.57.6"):
             t = ChatTemplate(
-                corpus[name], special_tokens=chat_corpus.SPECIAL_TOKENS, none_values=mode
+                corpus[name],
+                special_tokens=chat_corpus.SPECIAL_TOKENS,
+                transformers_version=version,
             )
-            full = CompiledChatTemplate(corpus[name], None, False, mode == "keep")
+            full = CompiledChatTemplate(
+                corpus[name], None, False, version is not None, version != "4.57.6"
+            )  # (5.22.0: None values kept, reasoning aliased; 4.57.6: neither)
             variables = t._variables(None, None, {})
             ok = []
             for c in convs:
-                one = outcome(t.render, c, True)
-                assert outcome(full.render, c, variables, True) == one
+                one = outcome(t.render, c, False)
+                assert outcome(full.render, c, variables, False) == one
                 if one[0] == "ok":
                     ok.append((c, one[1]))
             rendered += len(ok)
             batch = [c for c, _ in ok] * 3
             want = [text for _, text in ok] * 3
-            assert t.render_many(batch, add_generation_prompt=True, threads=threads) == want
-    assert rendered >= 6
+            assert t.render_many(batch, threads=threads) == want
+    assert rendered >= 20
 
 
-def test_none_values_argument_is_checked_and_kept_by_copies() -> None:
+def test_transformers_version_is_checked_and_kept_by_copies() -> None:
     import copy
     import pickle
 
-    with pytest.raises(ArgumentError, match="none_values"):
-        ChatTemplate("{{ messages }}", none_values="skip")  # type: ignore[arg-type]
-    t = ChatTemplate("{{ messages[0].content }}", none_values="keep")
+    with pytest.raises(ArgumentError, match="transformers_version"):
+        ChatTemplate("{{ messages }}", transformers_version="latest")
+    t = ChatTemplate("{{ messages[0].content }}", transformers_version="4.57.6")
+    assert t.transformers_version == "4.57.6"
     msgs = [{"role": "user", "content": None}]
     assert t.render(msgs) == "None"
     for c in (copy.copy(t), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
-        assert c.none_values == "keep"
+        assert c.transformers_version == "4.57.6"
         assert c.render(msgs) == "None"
-    assert ChatTemplate("{{ messages[0].content }}").render(msgs) == ""
+    for version, want in (("5.23.0.dev0", ""), ("5.22", "None"), ("6", ""), (None, "")):
+        assert ChatTemplate(t.template, transformers_version=version).render(msgs) == want
 
 
 # ================================================================================== batches

@@ -108,6 +108,7 @@ class CompiledChatTemplate:
         plain_hook: Any | None = None,
         fast: bool = True,
         keep_none: bool = False,
+        alias_reasoning: bool = True,
     ) -> CompiledChatTemplate: ...
     @property
     def source(self) -> str: ...

@@ -9,11 +9,13 @@ same inputs: the same sandbox rules, whitespace handling (``trim_blocks``/``lstr
 handling of the inputs (keys whose value is ``None`` are dropped, reasoning-field aliases,
 ``continue_final_message``, named templates with a ``tool_use`` variant).
 
-transformers changed one input rule in 5.24: a message key whose value is ``None`` (OpenAI-style
-``{"role": "assistant", "content": None, "tool_calls": [...]}``) is dropped before rendering, so
-the template finds it undefined; earlier versions (4.x and 5.0-5.23) pass the ``None`` on, and
-``{{ message.content }}`` prints ``None``. ``none_values='drop'`` (default) renders as 5.24 and
-later, ``none_values='keep'`` as the earlier versions.
+transformers' handling of the messages changed twice: 5.21 started copying a message's reasoning
+text between its names (``reasoning_content``, ``thinking``, ``reasoning``), and 5.23 started
+dropping a message key whose value is ``None`` (OpenAI-style ``{"role": "assistant", "content":
+None, "tool_calls": [...]}``) so that the template finds it undefined, where earlier versions
+pass the ``None`` on (``{{ message.content }}`` prints ``None``). By default promptweave renders
+as 5.23 and later; ``transformers_version='4.57.6'`` (any version string) renders as that
+version does.
 
 Guard rails (both off by default except the BOS warning, which only fires when the tokenizer is
 known to add a BOS token itself):
@@ -61,7 +63,32 @@ SPECIAL_TOKEN_NAMES = (
 
 DoubleBos = Literal["warn", "error", "ignore"]
 SystemHandling = Literal["keep", "merge", "auto"]
-NoneValues = Literal["drop", "keep"]
+
+#: the transformers versions whose message handling changed (see the module documentation)
+_ALIASES_REASONING_SINCE = (5, 21)
+_DROPS_NONE_SINCE = (5, 23)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``'4.57.6'`` -> ``(4, 57, 6)``; ``'5.24.0.dev0'`` -> ``(5, 24, 0)``."""
+    parts: list[int] = []
+    for piece in str(version).strip().split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != piece:
+            break
+    if not parts:
+        raise ArgumentError(
+            f"transformers_version must be a version string such as '4.57.6', got {version!r}"
+        )
+    return tuple(parts)
+
 
 #: conversation types that are their own messages (no ``.messages`` to look up)
 _SEQUENCES = (list, tuple)
@@ -154,8 +181,9 @@ class ChatTemplate:
         double_bos: ``'warn'``, ``'error'`` or ``'ignore'`` (see the module documentation).
         system: ``'keep'``, ``'merge'`` or ``'auto'``; ``system_separator`` joins a merged
             system message and the first user message.
-        none_values: ``'drop'`` (transformers 5.24 and later) or ``'keep'`` (earlier versions):
-            what happens to a message key whose value is ``None``.
+        transformers_version: the transformers version to render as (``None``: 5.23 and later);
+            it decides whether ``None``-valued message keys are dropped and reasoning fields
+            aliased.
     """
 
     def __init__(
@@ -169,7 +197,7 @@ class ChatTemplate:
         double_bos: DoubleBos = "warn",
         system: SystemHandling = "keep",
         system_separator: str = "\n\n",
-        none_values: NoneValues = "drop",
+        transformers_version: str | None = None,
     ) -> None:
         if double_bos not in ("warn", "error", "ignore"):
             raise ArgumentError(
@@ -177,9 +205,10 @@ class ChatTemplate:
             )
         if system not in ("keep", "merge", "auto"):
             raise ArgumentError(f"system must be 'keep', 'merge' or 'auto', got {system!r}")
-        if none_values not in ("drop", "keep"):
-            raise ArgumentError(f"none_values must be 'drop' or 'keep', got {none_values!r}")
-        self._none_values: NoneValues = none_values
+        version = None if transformers_version is None else _version_tuple(transformers_version)
+        self._transformers_version = None if version is None else str(transformers_version)
+        self._drop_none = version is None or version >= _DROPS_NONE_SINCE
+        self._alias_reasoning = version is None or version >= _ALIASES_REASONING_SINCE
         named = _templates_of(template, "template")
         self._named: dict[str, str] = {} if isinstance(named, str) else named
         self._default_source: str | None = named if isinstance(named, str) else None
@@ -211,7 +240,7 @@ class ChatTemplate:
             "double_bos": self.double_bos,
             "system": self.system,
             "system_separator": self.system_separator,
-            "none_values": self._none_values,
+            "transformers_version": self._transformers_version,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -270,9 +299,10 @@ class ChatTemplate:
         )
 
     @property
-    def none_values(self) -> NoneValues:
-        """``'drop'`` or ``'keep'`` (fixed at construction: the compiled templates hold it)."""
-        return self._none_values
+    def transformers_version(self) -> str | None:
+        """The transformers version rendered as (``None``: 5.23 and later); fixed at
+        construction (the compiled templates hold what it decides)."""
+        return self._transformers_version
 
     @property
     def template(self) -> str | dict[str, str]:
@@ -282,7 +312,12 @@ class ChatTemplate:
     def _compile(self, source: str) -> CompiledChatTemplate:
         compiled = self._compiled.get(source)
         if compiled is None:
-            compiled = CompiledChatTemplate(source, _plain, keep_none=self._none_values == "keep")
+            compiled = CompiledChatTemplate(
+                source,
+                _plain,
+                keep_none=not self._drop_none,
+                alias_reasoning=self._alias_reasoning,
+            )
             self._compiled[source] = compiled
         return compiled
 

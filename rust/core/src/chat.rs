@@ -116,6 +116,8 @@ pub struct ChatTemplate {
     env: Arc<Environment<'static>>,
     source: Arc<str>,
     fast: Option<Arc<FastTemplate>>,
+    /// transformers' reasoning-field aliases (5.21 and later) are applied
+    alias_reasoning: bool,
 }
 
 fn syntax() -> Result<minijinja::syntax::SyntaxConfig, ChatError> {
@@ -566,7 +568,19 @@ impl ChatTemplate {
             env: Arc::new(env),
             source: Arc::from(source),
             fast,
+            alias_reasoning: true,
         })
+    }
+
+    /// The same template rendering as transformers before 5.21 did: a message's reasoning
+    /// fields (`reasoning_content`, `thinking`, `reasoning`) are not aliased to one another; the
+    /// template sees the message as given.
+    #[must_use]
+    pub fn without_reasoning_aliases(&self) -> ChatTemplate {
+        ChatTemplate {
+            alias_reasoning: false,
+            ..self.clone()
+        }
     }
 
     /// The same template without its fast path (every render goes through the full engine).
@@ -586,10 +600,12 @@ impl ChatTemplate {
     /// Renders one conversation on the fast path alone, appending to `out`: `false` (and `out`
     /// unchanged) when the template has none or it gave up on this conversation.
     pub fn try_fast(&self, ctx: &FastContext<'_, '_>, out: &mut String) -> bool {
-        let reasoning = ctx
-            .messages
-            .iter()
-            .any(|m| m.fields.iter().any(|(k, _)| REASONING_FIELDS.contains(k)));
+        // the fast path does not alias reasoning fields: such a message goes to the full engine
+        let reasoning = self.alias_reasoning
+            && ctx
+                .messages
+                .iter()
+                .any(|m| m.fields.iter().any(|(k, _)| REASONING_FIELDS.contains(k)));
         !reasoning
             && self
                 .fast
@@ -648,7 +664,11 @@ impl ChatTemplate {
         variables: &[(Value, Value)],
         options: &RenderOptions,
     ) -> Result<String, ChatError> {
-        let mut chat: Vec<Map> = messages.into_iter().map(alias_reasoning).collect();
+        let mut chat: Vec<Map> = if self.alias_reasoning {
+            messages.into_iter().map(alias_reasoning).collect()
+        } else {
+            messages
+        };
         let mut continued: Option<String> = None;
         if let Some(field) = &options.continue_final {
             continued = Some(self.tag_final_message(&mut chat, field)?);
@@ -2050,5 +2070,24 @@ mod tests {
                 "reasoning_content"
             ]
         );
+    }
+
+    #[test]
+    fn reasoning_aliases_can_be_left_out() {
+        let t =
+            ChatTemplate::compile("{{ messages[0].reasoning_content }}|{{ messages[0].thinking }}")
+                .unwrap_or_else(|e| unreachable!("{e}"));
+        let mut m = msg("assistant", "x");
+        m.insert(Value::from("reasoning"), Value::from("r"));
+        let opts = RenderOptions {
+            add_generation_prompt: false,
+            continue_final: None,
+        };
+        let aliased = t.render_conversation(vec![m.clone()], &[], &opts);
+        assert_eq!(aliased.as_deref(), Ok("r|r"));
+        let as_given = t
+            .without_reasoning_aliases()
+            .render_conversation(vec![m], &[], &opts);
+        assert_eq!(as_given.as_deref(), Ok("|"));
     }
 }

@@ -35,7 +35,7 @@ fn chat_err(err: ChatError, conversation: Option<usize>) -> PyErr {
 
 struct Converter<'a, 'py> {
     hook: Option<&'a Bound<'py, PyAny>>,
-    /// keep a message's keys whose value is `None` (transformers before 5.24 keeps them)
+    /// keep a message's keys whose value is `None` (transformers before 5.23 keeps them)
     keep_none: bool,
 }
 
@@ -128,7 +128,7 @@ impl<'py> Converter<'_, 'py> {
     }
 
     /// One conversation: a sequence of dicts, keys with a `None` value dropped (transformers'
-    /// `_normalize_chat_messages`, since 5.24) unless `keep_none`.
+    /// `_normalize_chat_messages`, since 5.23) unless `keep_none`.
     fn conversation(&self, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Map>> {
         let mut out = Vec::new();
         for item in obj.try_iter()? {
@@ -362,7 +362,7 @@ fn read_messages<'py>(
         let d = item.cast_exact::<PyDict>().ok()?;
         let start = into.count();
         for (k, v) in d.iter() {
-            // keys with a None value are dropped, as transformers (since 5.24) drops them
+            // keys with a None value are dropped, as transformers (since 5.23) drops them
             if keep_none || !v.is_none() {
                 into.field(k, v)?;
             }
@@ -777,19 +777,24 @@ impl PyChatTemplate {
     /// Compile `source`; `plain_hook(obj)` turns objects that are not plain JSON data into it.
     /// `fast=False` renders everything with the full engine (the fast path is for plain
     /// conversations and gives the same result; this switch exists to compare the two).
-    /// `keep_none` keeps the message keys whose value is `None` (transformers before 5.24);
-    /// by default they are dropped (transformers 5.24 and later).
+    /// `keep_none` keeps the message keys whose value is `None` (transformers before 5.23);
+    /// by default they are dropped (transformers 5.23 and later). `alias_reasoning=False`
+    /// leaves a message's reasoning fields as given (transformers before 5.21).
     #[new]
-    #[pyo3(signature = (source, plain_hook=None, fast=true, keep_none=false))]
+    #[pyo3(signature = (source, plain_hook=None, fast=true, keep_none=false, alias_reasoning=true))]
     fn new(
         source: &str,
         plain_hook: Option<Py<PyAny>>,
         fast: bool,
         keep_none: bool,
+        alias_reasoning: bool,
     ) -> PyResult<Self> {
         let mut inner = ChatTemplate::compile(source).map_err(|e| chat_err(e, None))?;
         if !fast {
             inner = inner.without_fast_path();
+        }
+        if !alias_reasoning {
+            inner = inner.without_reasoning_aliases();
         }
         Ok(PyChatTemplate {
             inner,
