@@ -544,6 +544,56 @@ def test_tokenizer_config(tmp_path: Path, ref_tok: Any) -> None:
         ChatTemplate.from_file(path).render(msgs)
 
 
+@pytest.mark.parametrize(
+    "layout", ["config_only", "jinja_wins", "jinja_and_named", "named_only", "files_no_config"]
+)
+def test_model_directory_like_from_pretrained(tmp_path: Path, layout: str) -> None:
+    """A model directory's templates are taken as transformers' ``AutoTokenizer.from_pretrained``
+    takes them: ``chat_template.jinja`` and ``additional_chat_templates/*.jinja`` over the
+    config's ``chat_template``."""
+    chat_corpus.reference_tokenizer_or_skip()
+    from transformers import AutoTokenizer
+
+    chat_corpus.reference_tokenizer().save_pretrained(tmp_path)
+    config_path = tmp_path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["chat_template"] = "A:{% for m in messages %}{{ m.content }}{% endfor %}"
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    default = "B:{{ bos_token }}{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
+    named = "C:{{ tools | length }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    if layout in ("jinja_wins", "jinja_and_named", "files_no_config"):
+        (tmp_path / "chat_template.jinja").write_text(default, encoding="utf-8")
+    if layout in ("jinja_and_named", "named_only"):
+        (tmp_path / "additional_chat_templates").mkdir()
+        (tmp_path / "additional_chat_templates" / "tool_use.jinja").write_text(
+            named, encoding="utf-8"
+        )
+    ref = AutoTokenizer.from_pretrained(tmp_path)
+    if layout == "files_no_config":
+        # transformers needs the config for the tokenizer; ours reads the template alone
+        config_path.unlink()
+        assert ChatTemplate.from_file(tmp_path).template == default
+        return
+    for source in (tmp_path, config_path):
+        ours = ChatTemplate.from_file(source)
+        assert ours.template == ref.chat_template, source
+    ours = ChatTemplate.from_tokenizer_config(tmp_path)
+    msgs = [chat_corpus.USER1, chat_corpus.ASSISTANT1]
+    tools = [chat_corpus.WEATHER_TOOL]
+
+    def outcome(render: Any, **kw: Any) -> tuple[str, str]:
+        # (named templates without a default, and no tools: both refuse)
+        try:
+            return ("ok", render(msgs, **kw))
+        except ValueError as exc:
+            return ("ValueError", str(exc))
+
+    for kw in ({}, {"tools": tools}):
+        want = outcome(ref.apply_chat_template, tokenize=False, **kw)
+        assert outcome(ours.render, **kw) == want
+        assert want[0] == "ok" or "multiple chat templates" in want[1]
+
+
 # ================================================================================ guard rails
 
 BOS_TMPL = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"

@@ -321,6 +321,14 @@ def test_render_through_a_chat_template(work: Path) -> None:
     assert rec["prompt"] == want.replace("<s>", "").replace("</s>", "")
     shown = ok(work, "show", *args, "--chat-template", "chat.jinja", "-n", "1").stdout
     assert "chat template chat.jinja" in shown
+    # a model directory: its chat_template.jinja wins over the config's, as in transformers
+    (work / "model").mkdir()
+    (work / "model" / "tokenizer_config.json").write_text(
+        json.dumps({**config, "chat_template": "{{ 'not this one' }}"}), encoding="utf-8"
+    )
+    (work / "model" / "chat_template.jinja").write_text(CHAT_JINJA, encoding="utf-8")
+    rec = records(ok(work, "render", *args, "--chat-template", "model").stdout)[0]
+    assert rec["prompt"] == want
 
 
 def test_chat_template_errors(work: Path) -> None:
@@ -331,6 +339,10 @@ def test_chat_template_errors(work: Path) -> None:
     assert "syntax" in err
     err = fails(work, "render", *args, "--chat-template", "missing.json")
     assert "missing.json" in err
+    (work / "empty_model").mkdir()
+    err = fails(work, "render", *args, "--chat-template", "empty_model")
+    assert "empty_model" in err
+    assert "chat_template" in err
     (work / "raises.jinja").write_text("{{ raise_exception('no system role here') }}", "utf-8")
     err = fails(work, "render", *args, "--chat-template", "raises.jinja", "--out", "o.jsonl")
     assert "no system role here" in err

@@ -168,6 +168,36 @@ def _templates_of(value: Any, where: str) -> dict[str, str] | str:
     return named
 
 
+def _template_files(directory: str) -> str | dict[str, str] | None:
+    """The chat templates of a model directory's template files, as transformers' tokenizer
+    loading takes them: ``chat_template.jinja`` is the default template and each
+    ``additional_chat_templates/NAME.jinja`` a named one; a lone default is a plain string;
+    ``None`` when there are no such files (the config's ``chat_template`` stands)."""
+    templates: dict[str, str] = {}
+
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: cannot read chat template: {exc}") from exc
+
+    default = os.path.join(directory, "chat_template.jinja")
+    if os.path.isfile(default):
+        templates["default"] = read(default)
+    extra = os.path.join(directory, "additional_chat_templates")
+    if os.path.isdir(extra):
+        for name in sorted(os.listdir(extra)):
+            path = os.path.join(extra, name)
+            if name.endswith(".jinja") and os.path.isfile(path):
+                templates[name.removesuffix(".jinja")] = read(path)
+    if not templates:
+        return None
+    if len(templates) == 1 and "default" in templates:
+        return templates["default"]
+    return templates
+
+
 class ChatTemplate:
     """A HuggingFace chat template compiled once (see the module documentation).
 
@@ -253,24 +283,30 @@ class ChatTemplate:
     def from_tokenizer_config(
         cls, config: str | os.PathLike[str] | Mapping[str, Any], **options: Any
     ) -> ChatTemplate:
-        """From a ``tokenizer_config.json`` (path or loaded dict): its ``chat_template``
-        (string or named templates), special tokens and ``add_bos_token``. A
-        ``chat_template.jinja`` next to the file is used when the config has no template."""
+        """From a ``tokenizer_config.json`` (its path, the model directory holding it, or the
+        loaded dict): its ``chat_template`` (string or named templates), special tokens and
+        ``add_bos_token``. Given a path, the template files of the model directory are read as
+        transformers' ``from_pretrained`` reads them: ``chat_template.jinja`` (the default
+        template) and ``additional_chat_templates/*.jinja`` (named ones) take priority over the
+        config's ``chat_template``."""
         where = "tokenizer config"
         if not isinstance(config, Mapping):
             where = os.fspath(config)
-            try:
-                with open(where, encoding="utf-8") as f:
-                    config = json.load(f)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"{where}: cannot read tokenizer config: {exc}") from exc
-            if not isinstance(config, Mapping):
+            directory = os.path.dirname(where)
+            if os.path.isdir(where):
+                directory, where = where, os.path.join(where, "tokenizer_config.json")
+            if os.path.isdir(directory) and not os.path.exists(where):
+                loaded: Any = {}  # a directory with template files and no config
+            else:
+                try:
+                    with open(where, encoding="utf-8") as f:
+                        loaded = json.load(f)
+                except (OSError, ValueError) as exc:
+                    raise ConfigError(f"{where}: cannot read tokenizer config: {exc}") from exc
+            if not isinstance(loaded, Mapping):
                 raise ConfigError(f"{where}: a tokenizer config must be a JSON object")
-            if config.get("chat_template") is None:
-                sibling = os.path.join(os.path.dirname(where), "chat_template.jinja")
-                if os.path.exists(sibling):
-                    with open(sibling, encoding="utf-8") as f:
-                        config = {**config, "chat_template": f.read()}
+            files = _template_files(directory)
+            config = {**loaded, "chat_template": files} if files is not None else loaded
         template = _templates_of(config.get("chat_template"), where)
         options.setdefault("special_tokens", config)
         options.setdefault("tokenizer_adds_bos", bool(config.get("add_bos_token", False)))
@@ -278,9 +314,10 @@ class ChatTemplate:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], **options: Any) -> ChatTemplate:
-        """From a ``.jinja`` template file, or a ``tokenizer_config.json`` (by extension)."""
+        """From a ``.jinja`` template file, a ``tokenizer_config.json`` (by extension) or a
+        model directory (see :meth:`from_tokenizer_config`)."""
         where = os.fspath(path)
-        if where.endswith(".json"):
+        if where.endswith(".json") or os.path.isdir(where):
             return cls.from_tokenizer_config(where, **options)
         try:
             with open(where, encoding="utf-8") as f:
