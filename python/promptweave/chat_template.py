@@ -293,9 +293,10 @@ class ChatTemplate:
         if not isinstance(config, Mapping):
             where = os.fspath(config)
             directory = os.path.dirname(where)
-            if os.path.isdir(where):
+            given_directory = os.path.isdir(where)
+            if given_directory:
                 directory, where = where, os.path.join(where, "tokenizer_config.json")
-            if os.path.isdir(directory) and not os.path.exists(where):
+            if given_directory and not os.path.exists(where):
                 loaded: Any = {}  # a directory with template files and no config
             else:
                 try:
