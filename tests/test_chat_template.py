@@ -594,6 +594,39 @@ def test_model_directory_like_from_pretrained(tmp_path: Path, layout: str) -> No
         assert want[0] == "ok" or "multiple chat templates" in want[1]
 
 
+@pytest.mark.parametrize("decoder", [False, True], ids=["legacy", "added_tokens_decoder"])
+def test_model_directory_special_tokens_map(tmp_path: Path, decoder: bool) -> None:
+    """``special_tokens_map.json`` overrides the config's special tokens when the config has no
+    ``added_tokens_decoder``, and is ignored when it has one, as in transformers."""
+    chat_corpus.reference_tokenizer_or_skip()
+    from transformers import AutoTokenizer
+
+    chat_corpus.reference_tokenizer().save_pretrained(tmp_path)
+    config_path = tmp_path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.pop("bos_token", None)
+    config.pop("added_tokens_decoder", None)
+    config["eos_token"] = "</s>"
+    config["chat_template"] = (
+        "{{ bos_token }}|{{ eos_token }}|{{ pad_token }}|{{ unk_token }}|"
+        "{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    if decoder:
+        unk = {"content": "<unk>", "lstrip": False, "normalized": False, "rstrip": False}
+        config["added_tokens_decoder"] = {"0": {**unk, "single_word": False, "special": True}}
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    bos = {"content": "<BOS>", "lstrip": False, "normalized": False, "rstrip": False}
+    special_map = {"bos_token": {**bos, "single_word": False}, "eos_token": "<EOS>"}
+    special_map["pad_token"] = "<pad>"
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps(special_map), encoding="utf-8")
+    want = AutoTokenizer.from_pretrained(tmp_path).apply_chat_template(
+        [chat_corpus.USER1], tokenize=False
+    )
+    assert want.startswith("|</s>||<unk>|" if decoder else "<BOS>|<EOS>|<pad>|<unk>|")
+    for source in (tmp_path, config_path):
+        assert ChatTemplate.from_file(source).render([chat_corpus.USER1]) == want
+
+
 # ================================================================================ guard rails
 
 BOS_TMPL = "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"

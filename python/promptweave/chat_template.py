@@ -168,6 +168,23 @@ def _templates_of(value: Any, where: str) -> dict[str, str] | str:
     return named
 
 
+def _legacy_special_tokens(directory: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The named special tokens of a model directory's ``special_tokens_map.json``, which
+    transformers' tokenizer loading lets override the config's when the config has no
+    ``added_tokens_decoder`` (the layout of tokenizers saved before that key existed)."""
+    path = os.path.join(directory, "special_tokens_map.json")
+    if "added_tokens_decoder" in config or not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read special tokens map: {exc}") from exc
+    if not isinstance(tokens, Mapping):
+        raise ConfigError(f"{path}: a special tokens map must be a JSON object")
+    return {name: tokens[name] for name in SPECIAL_TOKEN_NAMES if name in tokens}
+
+
 def _template_files(directory: str) -> str | dict[str, str] | None:
     """The chat templates of a model directory's template files, as transformers' tokenizer
     loading takes them: ``chat_template.jinja`` is the default template and each
@@ -285,10 +302,11 @@ class ChatTemplate:
     ) -> ChatTemplate:
         """From a ``tokenizer_config.json`` (its path, the model directory holding it, or the
         loaded dict): its ``chat_template`` (string or named templates), special tokens and
-        ``add_bos_token``. Given a path, the template files of the model directory are read as
+        ``add_bos_token``. Given a path, the files of the model directory are read as
         transformers' ``from_pretrained`` reads them: ``chat_template.jinja`` (the default
         template) and ``additional_chat_templates/*.jinja`` (named ones) take priority over the
-        config's ``chat_template``."""
+        config's ``chat_template``, and a ``special_tokens_map.json`` overrides its special
+        tokens when the config has no ``added_tokens_decoder``."""
         where = "tokenizer config"
         if not isinstance(config, Mapping):
             where = os.fspath(config)
@@ -306,6 +324,7 @@ class ChatTemplate:
                     raise ConfigError(f"{where}: cannot read tokenizer config: {exc}") from exc
             if not isinstance(loaded, Mapping):
                 raise ConfigError(f"{where}: a tokenizer config must be a JSON object")
+            loaded = {**loaded, **_legacy_special_tokens(directory, loaded)}
             files = _template_files(directory)
             config = {**loaded, "chat_template": files} if files is not None else loaded
         template = _templates_of(config.get("chat_template"), where)
