@@ -143,8 +143,8 @@ class DatasetRenderer:
             replies (use :func:`promptweave.aisbench.multiturn_requests` with ``generate=``).
             Not used by other templates.
         chat_template: render for a local chat model (HuggingFace/vLLM/LMDeploy "with chat
-            template"): a :class:`~promptweave.ChatTemplate`, or a path to a
-            ``tokenizer_config.json`` / ``.jinja`` file. Prompts are parsed with the API parser
+            template"): a :class:`~promptweave.ChatTemplate`, or a path to a model directory,
+            a ``tokenizer_config.json`` or a ``.jinja`` file. Prompts are parsed with the API parser
             (``meta_template``, else the framework's default chat meta template, see
             :mod:`promptweave.chat_models`), converted to chat messages and rendered with
             ``add_generation_prompt=True``; every prompt is then a ``str``
@@ -975,14 +975,15 @@ def _fallback_merge_prefix(meta: list[Any], messages: list[Any]) -> list[Any]:
 
 
 def _as_chat_template(value: Any) -> ChatTemplate:
-    """A :class:`ChatTemplate`, or one loaded from a tokenizer config / ``.jinja`` path."""
+    """A :class:`ChatTemplate`, or one loaded from a model directory, tokenizer config or
+    ``.jinja`` path."""
     if isinstance(value, ChatTemplate):
         return value
     if isinstance(value, (str, os.PathLike)):
         return ChatTemplate.from_file(value)
     raise ArgumentError(
-        "chat_template must be a ChatTemplate or a path to a tokenizer_config.json / .jinja "
-        f"file, got {type(value).__name__}"
+        "chat_template must be a ChatTemplate or a path to a model directory, a "
+        f"tokenizer_config.json or a .jinja file, got {type(value).__name__}"
     )
 
 
