@@ -16,8 +16,12 @@ use memchr::{memchr, memchr2, memmem};
 #[derive(Debug, Clone, Default)]
 pub struct Entries<'a> {
     pairs: Vec<(&'a str, &'a str)>,
-    value_brace: Vec<bool>,
+    /// per value, whether it has a brace: scanned when a template first uses the value (0:
+    /// not yet, 1: no, 2: yes); a row's unused columns are never scanned
+    value_brace: Vec<std::cell::Cell<u8>>,
     key_brace: bool,
+    /// the values' total length (an output buffer's size hint)
+    values_len: usize,
 }
 
 /// Whether `s` contains `{` or `}` (a vectorised scan).
@@ -32,6 +36,7 @@ impl<'a> Entries<'a> {
             pairs: Vec::with_capacity(n),
             value_brace: Vec::with_capacity(n),
             key_brace: false,
+            values_len: 0,
         }
     }
 
@@ -39,17 +44,34 @@ impl<'a> Entries<'a> {
     pub fn push(&mut self, key: &'a str, value: &'a str) {
         self.key_brace |= has_brace(key);
         self.pairs.push((key, value));
-        self.value_brace.push(has_brace(value));
+        self.value_brace.push(std::cell::Cell::new(0));
+        self.values_len += value.len();
     }
 
     /// Set `key` to `value`: an existing key keeps its position, a new one is appended
     /// (the reference's output-column masking on a copy of the row).
     pub fn set(&mut self, key: &'a str, value: &'a str) {
         if let Some(i) = self.position(key) {
+            self.values_len = self.values_len - self.pairs[i].1.len() + value.len();
             self.pairs[i].1 = value;
-            self.value_brace[i] = has_brace(value);
+            self.value_brace[i].set(0);
         } else {
             self.push(key, value);
+        }
+    }
+
+    /// Whether value `i` has a brace (scanned once).
+    fn value_has_brace(&self, i: usize) -> bool {
+        let Some(cell) = self.value_brace.get(i) else {
+            return false;
+        };
+        match cell.get() {
+            0 => {
+                let brace = self.pairs.get(i).is_some_and(|(_, v)| has_brace(v));
+                cell.set(if brace { 2 } else { 1 });
+                brace
+            }
+            known => known == 2,
         }
     }
 
@@ -112,11 +134,11 @@ pub fn safe_format<'t>(template: &'t str, row: &Entries<'_>) -> Cow<'t, str> {
 /// One scan over `template`, valid when every `{` is closed by a `}` before the next `{` and no
 /// substituted value contains a brace; `None` when that does not hold.
 fn fast_format<'t>(template: &'t str, row: &Entries<'_>) -> Option<Cow<'t, str>> {
-    scan_slots(template, |slot| match slot {
+    scan_slots(template, row.values_len, |slot| match slot {
         // a `{` inside `{…}`: the slots are not independent
         None => Err(()),
         Some(name) => match row.position(name) {
-            Some(i) if row.value_brace[i] => Err(()),
+            Some(i) if row.value_has_brace(i) => Err(()),
             Some(i) => Ok(Some(row.pairs[i].1)),
             None => Ok(None),
         },
@@ -127,9 +149,11 @@ fn fast_format<'t>(template: &'t str, row: &Entries<'_>) -> Option<Cow<'t, str>>
 /// One left-to-right scan over the `{name}` slots of `template` (`name` without braces).
 /// `fill(Some(name))` gives the slot's text (`None`: keep the slot as is); `fill(None)` is
 /// called at a `{` followed by another `{` before any `}` and may abort the scan (`Err`), or
-/// continue from the second `{` (`Ok`).
+/// continue from the second `{` (`Ok`). `extra` sizes the output buffer beyond the template
+/// (the values' total length: enough when each is used at most once).
 fn scan_slots<'t, 'v>(
     template: &'t str,
+    extra: usize,
     mut fill: impl FnMut(Option<&str>) -> std::result::Result<Option<&'v str>, ()>,
 ) -> std::result::Result<Cow<'t, str>, ()> {
     let bytes = template.as_bytes();
@@ -148,7 +172,7 @@ fn scan_slots<'t, 'v>(
             continue;
         }
         if let Some(value) = fill(Some(&template[open + 1..close]))? {
-            let buf = out.get_or_insert_with(|| String::with_capacity(template.len() + 64));
+            let buf = out.get_or_insert_with(|| String::with_capacity(template.len() + extra));
             buf.push_str(&template[copied..open]);
             buf.push_str(value);
             copied = close + 1;
@@ -222,7 +246,9 @@ pub fn replace<'t>(haystack: &'t str, needle: &str, with: &str) -> Cow<'t, str> 
 /// name (without braces) is a key becomes its value, everything else is copied; inserted values
 /// are never scanned again.
 pub fn single_pass_format<'t>(template: &'t str, row: &Entries<'_>) -> Cow<'t, str> {
-    let filled = scan_slots(template, |slot| Ok(slot.and_then(|name| row.get(name))));
+    let filled = scan_slots(template, row.values_len, |slot| {
+        Ok(slot.and_then(|name| row.get(name)))
+    });
     filled.unwrap_or(Cow::Borrowed(template))
 }
 
