@@ -256,11 +256,14 @@ def test_raw_batch_equals_row_by_row(
     from promptweave import _core
 
     batches: list[int] = []
+    completes: list[bool] = []
     real = _core.render_raw_rows
 
-    def counting(rows: Any, indices: Any, shape_of: Any) -> Any:
-        out = real(rows, indices, shape_of)
-        batches.append(len(out) if out is not None else -1)
+    def counting(rows: Any, indices: Any, shape_of: Any, required: Any = ()) -> Any:
+        out = real(rows, indices, shape_of, required)
+        batches.append(len(out[0]) if out is not None else -1)
+        if out is not None:
+            completes.append(out[1])
         return out
 
     monkeypatch.setattr(_core, "render_raw_rows", counting)
@@ -282,6 +285,18 @@ def test_raw_batch_equals_row_by_row(
     fast, slow, _ = both(renderer, test, data, ice_indices=explicit)
     assert fast == slow
     assert batches == [len(test), len(test)]  # both fast renders were one batch each
+    # the columns the rows lack are counted as on the row-by-row path: the batch saw that the
+    # empty row lacks one, and the caller counted
+    assert completes == [False, False]
+    got = renderer.render(test, data).missing_columns
+    _backend.FORCE_PYTHON = True
+    try:
+        want = renderer.render(test, data).missing_columns
+    finally:
+        _backend.FORCE_PYTHON = False
+    assert got == want == {"question": 1, "who": 3}
+    assert renderer.render(data, data).missing_columns == {}
+    assert completes[-1] is True  # every row has the column: nothing left to check
 
 
 def test_raw_batch_input_str_row_raises_as_row_by_row() -> None:

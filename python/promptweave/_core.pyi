@@ -134,10 +134,14 @@ class CompiledChatTemplate:
     ) -> list[str]: ...
 
 def render_raw_rows(
-    rows: list[Any], indices: list[Any], shape_of: Callable[[Any], Any]
-) -> list[list[dict[str, Any]]] | None:
+    rows: list[Any],
+    indices: list[Any],
+    shape_of: Callable[[Any], Any],
+    required: list[str] = ...,
+) -> tuple[list[list[dict[str, Any]]], bool] | None:
     """``RawPromptTemplate`` rows for an API parser: per row the messages of
-    ``shape_of(indices[i])`` copied, slot contents formatted with the row."""
+    ``shape_of(indices[i])`` copied, slot contents formatted with the row; and whether every
+    row was seen to have every ``required`` column."""
 
 def render_mm_rows(
     rows: list[dict[str, Any]],

@@ -112,6 +112,8 @@ class _Rendered(NamedTuple):
     rust_rows: int
     #: every row is known to have the template's columns when the first one has them
     uniform: bool
+    #: every test row is known to have every column the prompt template uses
+    test_complete: bool = False
 
 
 class DatasetRenderer:
@@ -455,10 +457,12 @@ class DatasetRenderer:
         labels = None
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
-        prompts, used, rust_rows, uniform = self._render_rows(
+        prompts, used, rust_rows, uniform, test_complete = self._render_rows(
             test_rows, train_rows, indices, labels, retriever, progress
         )
-        missing = self._missing_columns(test_rows, train_rows, indices, False, uniform)
+        missing = self._missing_columns(
+            test_rows, train_rows, indices, False, uniform, test_complete
+        )
         messages = None
         if self.chat_template is not None:
             prompts, messages = self._apply_chat_template(prompts)
@@ -513,11 +517,12 @@ class DatasetRenderer:
         indices: list[list[int]],
         strict: bool,
         uniform: bool,
+        test_complete: bool = False,
     ) -> dict[str, int]:
         """Placeholders whose column a row lacks: test rows for the prompt template (the
         output column is masked in gen mode, so it is always there), the used train rows for
         the ICE template. ``uniform``: every row of a split has the same columns, so the first
-        one is checked for all."""
+        one is checked for all. ``test_complete``: every test row is known to have them."""
         missing: dict[str, int] = {}
 
         def check(slots: set[str], rows: list[tuple[int, dict[str, Any]]], split: str) -> None:
@@ -539,15 +544,7 @@ class DatasetRenderer:
                         )
                     missing[name] = missing.get(name, 0) + weight
 
-        if self.flow == "multimodal":
-            # the parts come from the row's tagged content string, whatever the placeholders
-            slots = {str(getattr(self.template, "content_field", "content"))}
-        elif self.flow == "multiturn":
-            slots = {"question", "answer"}  # every answer is present (no output masking)
-        else:
-            slots = _slots(self.template)
-            if self.mode == "gen" and self.output_column is not None:
-                slots.discard(self.output_column)
+        slots = set() if test_complete else self._test_slots()
         if slots:
             if uniform:
                 check(slots, list(enumerate(test[:1])), "test")
@@ -562,6 +559,18 @@ class DatasetRenderer:
             if ice_slots:
                 check(ice_slots, [(i, train[i]) for i in _used_rows(indices, len(train))], "train")
         return missing
+
+    def _test_slots(self) -> set[str]:
+        """The columns a test row's prompt uses (the output column is masked in gen mode)."""
+        if self.flow == "multimodal":
+            # the parts come from the row's tagged content string, whatever the placeholders
+            return {str(getattr(self.template, "content_field", "content"))}
+        if self.flow == "multiturn":
+            return {"question", "answer"}  # every answer is present (no output masking)
+        slots = _slots(self.template)
+        if self.mode == "gen" and self.output_column is not None:
+            slots.discard(self.output_column)
+        return slots
 
     # ------------------------------------------------------------------ the two paths
     def _render_rows(
@@ -581,8 +590,9 @@ class DatasetRenderer:
                 if progress is not None:
                     progress(len(test))
                 # the multimodal batch checked that every row has the content field (its only
-                # slot); the raw-messages batch did not look at the columns
-                return _Rendered(fast, indices, 0, self.flow == "multimodal")
+                # slot); the raw-messages batch says whether it saw every row's columns
+                prompts, complete = fast
+                return _Rendered(prompts, indices, 0, self.flow == "multimodal", complete)
         # the Rust job parses generation prompts in 'gen' mode: a 'ppl' parse of them differs
         # only for dialogue templates, which then take the row-by-row path
         ppl_parse_differs = self.parse_mode != self.mode and any(
@@ -635,9 +645,10 @@ class DatasetRenderer:
         train: list[dict[str, Any]],
         indices: list[list[int]],
         retriever: Any,
-    ) -> list[Any] | None:
-        """The row-by-row flows in one batch (``None``: not applicable here, or some row needs
-        the mirrored classes -- they then render every row and raise what the reference raises).
+    ) -> tuple[list[Any], bool] | None:
+        """The row-by-row flows in one batch, and whether every test row is known to have the
+        template's columns (``None``: not applicable here, or some row needs the mirrored
+        classes -- they then render every row and raise what the reference raises).
 
         * ``RawPromptTemplate`` (API models): each distinct list of in-context examples is
           rendered once; per row the template's messages are copied, their contents formatted
@@ -654,7 +665,8 @@ class DatasetRenderer:
         gc.disable()
         try:
             if self.flow == "multimodal":
-                return self._render_mm_batch(test)
+                out = self._render_mm_batch(test)
+                return None if out is None else (out, False)
             if self.flow is None and getattr(self.template, "prompt_type", None) == "raw_messages":
                 return self._render_raw_batch(test, train, indices, retriever)
         except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
@@ -670,7 +682,7 @@ class DatasetRenderer:
         train: list[dict[str, Any]],
         indices: list[list[int]],
         retriever: Any,
-    ) -> list[Any] | None:
+    ) -> tuple[list[Any], bool] | None:
         t, it = self.template, self.ice_template
         if self.flavor != OPENCOMPASS or it is None or it.prompt_type != "raw_messages":
             return None
@@ -682,12 +694,16 @@ class DatasetRenderer:
         def shape_of(idx: list[int]) -> Any:
             return self._raw_shape(plan, retriever._generate_ice(idx, it))
 
-        # per distinct index list, its shape; per row, the copies and formats in Rust
-        out = _core.render_raw_rows(test, indices, shape_of)
-        if out is not None and meta and isinstance(meta, list):
+        # per distinct index list, its shape; per row, the copies and formats in Rust (which
+        # also sees whether each row has the template's columns)
+        done = _core.render_raw_rows(test, indices, shape_of, sorted(self._test_slots()))
+        if done is None:
+            return None
+        out, complete = done
+        if meta and isinstance(meta, list):
             # an API meta template of prefix messages, merged into each row's own copies
             out = [_fallback_merge_prefix(meta, messages) for messages in out]
-        return out
+        return out, complete
 
     @staticmethod
     def _raw_shape(

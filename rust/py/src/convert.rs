@@ -39,6 +39,11 @@ impl RowStrings {
         Ok(Self { pairs, mask: None })
     }
 
+    /// Whether the row has the column `name`.
+    pub(crate) fn has_key(&self, name: &str) -> bool {
+        self.pairs.iter().any(|(k, _)| &**k == name)
+    }
+
     /// Mask the output column: `row[key] = str(value)` on a copy of the row.
     pub(crate) fn mask(
         &mut self,

@@ -222,17 +222,21 @@ impl<'py> RawShape<'py> {
     }
 }
 
-/// `render_raw_rows(rows, indices, shape_of)`: the model input of each row of an OpenCompass
-/// `RawPromptTemplate` for an API parser: the messages of `shape_of(indices[i])` (called once
-/// per distinct list object; `(flat, slots)`, or `None` to give up) copied, the slot contents
-/// formatted with the row (`safe_format`). `None` when a row is not of the plain form (the
+/// `render_raw_rows(rows, indices, shape_of, required)`: the model input of each row of an
+/// OpenCompass `RawPromptTemplate` for an API parser: the messages of `shape_of(indices[i])`
+/// (called once per distinct list object; `(flat, slots)`, or `None` to give up) copied, the
+/// slot contents formatted with the row (`safe_format`); and whether every row was seen to
+/// have every column named in `required` (checked on the way while a row is read: `false`
+/// when not known, and the caller checks). `None` when a row is not of the plain form (the
 /// mirrored classes then render every row).
 #[pyfunction]
+#[pyo3(signature = (rows, indices, shape_of, required = Vec::new()))]
 pub(crate) fn render_raw_rows<'py>(
     rows: &Bound<'py, PyList>,
     indices: &Bound<'py, PyList>,
     shape_of: &Bound<'py, PyAny>,
-) -> PyResult<Option<Bound<'py, PyList>>> {
+    required: Vec<String>,
+) -> PyResult<Option<(Bound<'py, PyList>, bool)>> {
     let py = rows.py();
     if rows.len() != indices.len() {
         return Err(unsupported("one index list per row"));
@@ -243,6 +247,7 @@ pub(crate) fn render_raw_rows<'py>(
     let mut shapes: Vec<(Bound<'py, PyAny>, RawShape<'py>)> = Vec::new();
     let mut by_object: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
     let out = PyList::empty(py);
+    let mut complete = true;
     for (row, idx) in rows.iter().zip(indices.iter()) {
         let at = if let Some(&at) = by_object.get(&(idx.as_ptr() as usize)) {
             at
@@ -261,6 +266,7 @@ pub(crate) fn render_raw_rows<'py>(
         for d in &shape.flat {
             messages.append(d.copy()?)?;
         }
+        let mut checked = false;
         if !shape.slots.is_empty() {
             let Ok(row) = row.cast_exact::<PyDict>() else {
                 return Ok(None);
@@ -270,6 +276,8 @@ pub(crate) fn render_raw_rows<'py>(
             }
             if !row.is_empty() {
                 let strings = RowStrings::from_dict(row)?;
+                complete = complete && required.iter().all(|name| strings.has_key(name));
+                checked = true;
                 let entries = strings.entries();
                 for (pos, content) in &shape.slots {
                     let text = content
@@ -286,7 +294,12 @@ pub(crate) fn render_raw_rows<'py>(
                 }
             }
         }
+        // a row not read here (no content to format, or an empty row): known complete only
+        // when nothing is required
+        if !checked {
+            complete = complete && required.is_empty();
+        }
         out.append(messages)?;
     }
-    Ok(Some(out))
+    Ok(Some((out, complete)))
 }
