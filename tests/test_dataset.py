@@ -259,7 +259,7 @@ def test_raw_batch_equals_row_by_row(
     completes: list[bool] = []
     real = _core.render_raw_rows
 
-    def counting(rows: Any, indices: Any, shape_of: Any, required: Any = ()) -> Any:
+    def counting(rows: Any, indices: Any, shape_of: Any, required: Any = None) -> Any:
         out = real(rows, indices, shape_of, required)
         batches.append(len(out[0]) if out is not None else -1)
         if out is not None:

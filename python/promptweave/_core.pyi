@@ -137,7 +137,7 @@ def render_raw_rows(
     rows: list[Any],
     indices: list[Any],
     shape_of: Callable[[Any], Any],
-    required: list[str] = ...,
+    required: list[str] | None = None,
 ) -> tuple[list[list[dict[str, Any]]], bool] | None:
     """``RawPromptTemplate`` rows for an API parser: per row the messages of
     ``shape_of(indices[i])`` copied, slot contents formatted with the row; and whether every

@@ -230,14 +230,15 @@ impl<'py> RawShape<'py> {
 /// when not known, and the caller checks). `None` when a row is not of the plain form (the
 /// mirrored classes then render every row).
 #[pyfunction]
-#[pyo3(signature = (rows, indices, shape_of, required = Vec::new()))]
+#[pyo3(signature = (rows, indices, shape_of, required = None))]
 pub(crate) fn render_raw_rows<'py>(
     rows: &Bound<'py, PyList>,
     indices: &Bound<'py, PyList>,
     shape_of: &Bound<'py, PyAny>,
-    required: Vec<String>,
+    required: Option<Vec<String>>,
 ) -> PyResult<Option<(Bound<'py, PyList>, bool)>> {
     let py = rows.py();
+    let required = required.unwrap_or_default();
     if rows.len() != indices.len() {
         return Err(unsupported("one index list per row"));
     }
