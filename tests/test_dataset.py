@@ -278,10 +278,12 @@ def test_raw_batch_equals_row_by_row(
         {"who": f"bot{i}", "question": f"q{i} {{who}}", "answer": f"a{i}"} for i in range(6)
     ]
     test = [*data, {}, {"question": 7, "answer": None}, {"question": "é😀 {answer}", "x": 1}]
+    # a row the one-scan fill leaves to the full substitution: a key with a brace
+    test += [{"question": "q {who}", "{who}": "W"}]
     renderer = pw.DatasetRenderer(infer, reader, meta, api=True)
     fast, slow, _ = both(renderer, test, data)
     assert fast == slow
-    explicit = [[0], [0], [1, 2], [], [0], [5], [1, 2], [], [3]]
+    explicit = [[0], [0], [1, 2], [], [0], [5], [1, 2], [], [3], [1]]
     fast, slow, _ = both(renderer, test, data, ice_indices=explicit)
     assert fast == slow
     assert batches == [len(test), len(test)]  # both fast renders were one batch each
@@ -294,7 +296,11 @@ def test_raw_batch_equals_row_by_row(
         want = renderer.render(test, data).missing_columns
     finally:
         _backend.FORCE_PYTHON = False
-    assert got == want == {"question": 1, "who": 3}
+    assert got == want == {"question": 1, "who": 4}
+    # a lone surrogate in a row: the batch leaves every row to the mirrored classes
+    odd = [*data, {"question": "\udcff", "who": "w"}]
+    fast, slow, _ = both(renderer, odd, data)
+    assert fast == slow
     assert renderer.render(data, data).missing_columns == {}
     assert completes[-1] is True  # every row has the column: nothing left to check
 

@@ -14,6 +14,7 @@ use promptweave_core::markers::{self, Modality};
 
 use crate::convert::{RowStrings, empty_list};
 use crate::errors::{marker_error, unsupported};
+use crate::joined::JoinedTemplate;
 
 /// How the part of one modality is built from its `prompt_mm` template.
 struct PartSpec<'py> {
@@ -193,6 +194,10 @@ pub(crate) fn render_mm_rows<'py>(
 struct RawShape<'py> {
     flat: Vec<Bound<'py, PyDict>>,
     slots: Vec<(usize, Bound<'py, PyString>)>,
+    /// the one content to format, split at its slots, when it passes the one-scan condition
+    /// (most templates: one user message): filled by reading the row once, without copying
+    /// its strings
+    joined: Option<JoinedTemplate>,
 }
 
 impl<'py> RawShape<'py> {
@@ -218,7 +223,15 @@ impl<'py> RawShape<'py> {
                 Ok((pos, content))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        Ok(Self { flat, slots })
+        let joined = match slots.as_slice() {
+            [(_, content)] => content.to_str().ok().and_then(JoinedTemplate::new),
+            _ => None,
+        };
+        Ok(Self {
+            flat,
+            slots,
+            joined,
+        })
     }
 }
 
@@ -243,6 +256,7 @@ pub(crate) fn render_raw_rows<'py>(
         return Err(unsupported("one index list per row"));
     }
     let input_str = pyo3::intern!(py, "input_str");
+    let empty = PyString::new(py, "");
     let content_key = pyo3::intern!(py, "content");
     // shapes by index-list object (held, so that an address seen again is the same object)
     let mut shapes: Vec<(Bound<'py, PyAny>, RawShape<'py>)> = Vec::new();
@@ -275,7 +289,26 @@ pub(crate) fn render_raw_rows<'py>(
             if row.contains(input_str)? {
                 return Ok(None);
             }
-            if !row.is_empty() {
+            // one content, split once: the row's values written into it, the required columns
+            // checked among its slots
+            let joined = shape.joined.as_ref().filter(|j| {
+                required
+                    .iter()
+                    .all(|name| j.names().iter().any(|n| n == name))
+            });
+            let filled = match (joined, shape.slots.first()) {
+                (Some(j), Some((pos, _))) if !row.is_empty() => {
+                    j.render_row(row, None, &empty)?.map(|f| (*pos, f))
+                }
+                _ => None,
+            };
+            if let Some((pos, (text, has_all))) = filled {
+                // every slot found: every required column is there (they are among the slots)
+                complete = complete && has_all;
+                checked = true;
+                let msg = messages.get_item(pos)?;
+                msg.cast::<PyDict>()?.set_item(content_key, text)?;
+            } else if !row.is_empty() {
                 let strings = RowStrings::from_dict(row)?;
                 complete = complete && required.iter().all(|name| strings.has_key(name));
                 checked = true;

@@ -109,6 +109,23 @@ impl JoinedTemplate {
         output_field: Option<&Bound<'py, PyAny>>,
         replace_token: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        Ok(self
+            .render_row(entry, output_field, replace_token)?
+            .map(|(out, _)| out))
+    }
+
+    /// The slot names, each once.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// [`JoinedTemplate::render`], and whether the row has a column for every slot.
+    pub(crate) fn render_row<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        output_field: Option<&Bound<'py, PyAny>>,
+        replace_token: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
         let py = entry.py();
         // the masked slot (if the template has one) and its token
         let mut mask = None;
@@ -156,7 +173,8 @@ impl JoinedTemplate {
         }
         // the masked slot's token (a mask naming no slot changes nothing)
         let token = mask.and_then(|(slot, t)| slot.map(|s| (s, t)));
-        BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+        let complete = values.iter().all(Option::is_some);
+        let out = BUFFER.with(|buffer| match buffer.try_borrow_mut() {
             Ok(mut buf) => {
                 buf.clear();
                 let out = self.fill(py, &values, token.as_ref(), &mut buf)?;
@@ -166,7 +184,8 @@ impl JoinedTemplate {
                 Ok(out)
             }
             Err(_) => self.fill(py, &values, token.as_ref(), &mut String::new()),
-        })
+        })?;
+        Ok(out.map(|out| (out, complete)))
     }
 
     /// The prompt, written into `buf` first; `None` when the row must be rendered in full.
