@@ -195,13 +195,13 @@ struct RawShape<'py> {
     flat: Vec<Bound<'py, PyDict>>,
     slots: Vec<(usize, Bound<'py, PyString>)>,
     /// the one content to format, split at its slots, when it passes the one-scan condition
-    /// (most templates: one user message): filled by reading the row once, without copying
-    /// its strings
+    /// and its slots include every required column (most templates: one user message):
+    /// filled by reading the row once, without copying its strings
     joined: Option<JoinedTemplate>,
 }
 
 impl<'py> RawShape<'py> {
-    fn from_py(shape: &Bound<'py, PyAny>) -> PyResult<Self> {
+    fn from_py(shape: &Bound<'py, PyAny>, required: &[String]) -> PyResult<Self> {
         let shape = shape.cast::<PyTuple>()?;
         let flat = shape
             .get_item(0)?
@@ -224,7 +224,11 @@ impl<'py> RawShape<'py> {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let joined = match slots.as_slice() {
-            [(_, content)] => content.to_str().ok().and_then(JoinedTemplate::new),
+            [(_, content)] => content
+                .to_str()
+                .ok()
+                .and_then(JoinedTemplate::new)
+                .filter(|j| required.iter().all(|name| j.names().contains(name))),
             _ => None,
         };
         Ok(Self {
@@ -273,7 +277,7 @@ pub(crate) fn render_raw_rows<'py>(
             }
             let at = shapes.len();
             by_object.insert(idx.as_ptr() as usize, at);
-            shapes.push((idx, RawShape::from_py(&shape)?));
+            shapes.push((idx, RawShape::from_py(&shape, &required)?));
             at
         };
         let shape = &shapes[at].1;
@@ -291,12 +295,7 @@ pub(crate) fn render_raw_rows<'py>(
             }
             // one content, split once: the row's values written into it, the required columns
             // checked among its slots
-            let joined = shape.joined.as_ref().filter(|j| {
-                required
-                    .iter()
-                    .all(|name| j.names().iter().any(|n| n == name))
-            });
-            let filled = match (joined, shape.slots.first()) {
+            let filled = match (&shape.joined, shape.slots.first()) {
                 (Some(j), Some((pos, _))) if !row.is_empty() => {
                     j.render_row(row, None, &empty)?.map(|f| (*pos, f))
                 }
