@@ -168,6 +168,19 @@ def _templates_of(value: Any, where: str) -> dict[str, str] | str:
     return named
 
 
+def _json_object(path: str, what: str) -> Mapping[str, Any]:
+    """The JSON object in file ``path`` (a ``ConfigError`` naming the file and ``what`` it
+    should hold otherwise)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc}") from exc
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: a {what} must be a JSON object")
+    return value
+
+
 def _legacy_special_tokens(directory: str, config: Mapping[str, Any]) -> dict[str, Any]:
     """The named special tokens of a model directory's ``special_tokens_map.json``, which
     transformers' tokenizer loading lets override the config's when the config has no
@@ -175,13 +188,7 @@ def _legacy_special_tokens(directory: str, config: Mapping[str, Any]) -> dict[st
     path = os.path.join(directory, "special_tokens_map.json")
     if "added_tokens_decoder" in config or not os.path.isfile(path):
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            tokens = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read special tokens map: {exc}") from exc
-    if not isinstance(tokens, Mapping):
-        raise ConfigError(f"{path}: a special tokens map must be a JSON object")
+    tokens = _json_object(path, "special tokens map")
     return {name: tokens[name] for name in SPECIAL_TOKEN_NAMES if name in tokens}
 
 
@@ -314,16 +321,9 @@ class ChatTemplate:
             given_directory = os.path.isdir(where)
             if given_directory:
                 directory, where = where, os.path.join(where, "tokenizer_config.json")
-            if given_directory and not os.path.exists(where):
-                loaded: Any = {}  # a directory with template files and no config
-            else:
-                try:
-                    with open(where, encoding="utf-8") as f:
-                        loaded = json.load(f)
-                except (OSError, ValueError) as exc:
-                    raise ConfigError(f"{where}: cannot read tokenizer config: {exc}") from exc
-            if not isinstance(loaded, Mapping):
-                raise ConfigError(f"{where}: a tokenizer config must be a JSON object")
+            loaded: Mapping[str, Any] = {}  # a directory with template files and no config
+            if not (given_directory and not os.path.exists(where)):
+                loaded = _json_object(where, "tokenizer config")
             loaded = {**loaded, **_legacy_special_tokens(directory, loaded)}
             files = _template_files(directory)
             config = {**loaded, "chat_template": files} if files is not None else loaded
