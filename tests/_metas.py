@@ -1,20 +1,20 @@
-"""Model meta templates shared by several test modules (written here, in the shape of the
-OpenCompass model configs' ChatML meta template)."""
+"""Model meta templates shared by several test modules.
+
+``CHATML`` (Qwen-style: user / assistant rounds, a reserved system role, in the shape of the
+OpenCompass model configs' ChatML meta template) is the one the benchmarks render with
+(``benches/bench_render.py``), taken from there so that it is written once.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
-#: ChatML (Qwen-style): user / assistant rounds, a reserved system role
-CHATML: dict[str, Any] = {
-    "round": [
-        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
-        {
-            "role": "BOT",
-            "begin": "<|im_start|>assistant\n",
-            "end": "<|im_end|>\n",
-            "generate": True,
-        },
-    ],
-    "reserved_roles": [{"role": "SYSTEM", "begin": "<|im_start|>system\n", "end": "<|im_end|>\n"}],
-}
+_BENCHES = Path(__file__).resolve().parent.parent / "benches"
+if str(_BENCHES) not in sys.path:
+    sys.path.insert(0, str(_BENCHES))
+
+import bench_render  # noqa: E402
+
+CHATML: dict[str, Any] = bench_render.CHATML_META
