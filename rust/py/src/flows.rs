@@ -260,7 +260,6 @@ pub(crate) fn render_raw_rows<'py>(
         return Err(unsupported("one index list per row"));
     }
     let input_str = pyo3::intern!(py, "input_str");
-    let empty = PyString::new(py, "");
     let content_key = pyo3::intern!(py, "content");
     // shapes by index-list object (held, so that an address seen again is the same object)
     let mut shapes: Vec<(Bound<'py, PyAny>, RawShape<'py>)> = Vec::new();
@@ -297,7 +296,7 @@ pub(crate) fn render_raw_rows<'py>(
             // checked among its slots
             let filled = match (&shape.joined, shape.slots.first()) {
                 (Some(j), Some((pos, _))) if !row.is_empty() => {
-                    j.render_row(row, None, &empty)?.map(|f| (*pos, f))
+                    j.render(row, None)?.map(|f| (*pos, f))
                 }
                 _ => None,
             };

@@ -100,47 +100,37 @@ impl JoinedTemplate {
         })
     }
 
-    /// The generation prompt of `entry` with `output_field` masked; `None` when the one-scan
-    /// condition fails for this row (a key or a used value with a brace, a key that is not an
-    /// exact `str`) or a key or used value has no UTF-8 form (a lone surrogate).
-    pub(crate) fn render<'py>(
-        &self,
-        entry: &Bound<'py, PyDict>,
-        output_field: Option<&Bound<'py, PyAny>>,
-        replace_token: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        Ok(self
-            .render_row(entry, output_field, replace_token)?
-            .map(|(out, _)| out))
-    }
-
     /// The slot names, each once.
     pub(crate) fn names(&self) -> &[String] {
         &self.names
     }
 
-    /// [`JoinedTemplate::render`], and whether the row has a column for every slot.
-    pub(crate) fn render_row<'py>(
+    /// The prompt of `entry`, with `mask`'s output column (`(column, replace token)`) masked,
+    /// and whether the row has a column for every slot; `None` when the one-scan condition
+    /// fails for this row (a key or a used value with a brace, a key that is not an exact
+    /// `str`) or a key or used value has no UTF-8 form (a lone surrogate).
+    pub(crate) fn render<'py>(
         &self,
         entry: &Bound<'py, PyDict>,
-        output_field: Option<&Bound<'py, PyAny>>,
-        replace_token: &Bound<'py, PyAny>,
+        mask: Option<(&Bound<'py, PyAny>, &Bound<'py, PyAny>)>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
         let py = entry.py();
         // the masked slot (if the template has one) and its token
-        let mut mask = None;
-        if let Some(field) = output_field {
-            let Ok(field) = field.cast_exact::<PyString>() else {
-                return Ok(None);
-            };
-            let Some(name) = brace_free(field) else {
-                return Ok(None);
-            };
-            mask = Some((
-                self.names.iter().position(|n| n == name),
-                cell_str(replace_token)?,
-            ));
-        }
+        let mask = match mask {
+            None => None,
+            Some((field, replace_token)) => {
+                let Ok(field) = field.cast_exact::<PyString>() else {
+                    return Ok(None);
+                };
+                let Some(name) = brace_free(field) else {
+                    return Ok(None);
+                };
+                Some((
+                    self.names.iter().position(|n| n == name),
+                    cell_str(replace_token)?,
+                ))
+            }
+        };
         let mut values: Vec<Option<Bound<'py, PyAny>>> = vec![None; self.names.len()];
         {
             // no Python code runs while the lock is held

@@ -410,7 +410,8 @@ impl PyCompiledTemplate {
     ) -> PyResult<Bound<'py, PyAny>> {
         let entry = exact_dict(entry)?;
         if let Some(joined) = &self.joined {
-            if let Some(out) = joined.render(entry, output_field, output_field_replace_token)? {
+            let mask = output_field.map(|field| (field, output_field_replace_token));
+            if let Some((out, _)) = joined.render(entry, mask)? {
                 return Ok(out);
             }
         }
