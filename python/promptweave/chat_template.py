@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -71,23 +72,21 @@ _DROPS_NONE_SINCE = (5, 23)
 
 def _version_tuple(version: str) -> tuple[int, ...]:
     """``'4.57.6'`` -> ``(4, 57, 6)``; ``'5.24.0.dev0'`` -> ``(5, 24, 0)``."""
-    parts: list[int] = []
-    for piece in str(version).strip().split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if digits != piece:
-            break
-    if not parts:
+    numbers = re.match(r"\s*(\d+(?:\.\d+)*)", str(version))
+    if numbers is None:
         raise ArgumentError(
             f"transformers_version must be a version string such as '4.57.6', got {version!r}"
         )
-    return tuple(parts)
+    return tuple(int(n) for n in numbers.group(1).split("."))
+
+
+def _read_template(path: str) -> str:
+    """The text of a template file (a ``ConfigError`` naming it when it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read chat template: {exc}") from exc
 
 
 #: conversation types that are their own messages (no ``.messages`` to look up)
@@ -198,23 +197,15 @@ def _template_files(directory: str) -> str | dict[str, str] | None:
     ``additional_chat_templates/NAME.jinja`` a named one; a lone default is a plain string;
     ``None`` when there are no such files (the config's ``chat_template`` stands)."""
     templates: dict[str, str] = {}
-
-    def read(path: str) -> str:
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read()
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path}: cannot read chat template: {exc}") from exc
-
     default = os.path.join(directory, "chat_template.jinja")
     if os.path.isfile(default):
-        templates["default"] = read(default)
+        templates["default"] = _read_template(default)
     extra = os.path.join(directory, "additional_chat_templates")
     if os.path.isdir(extra):
         for name in sorted(os.listdir(extra)):
             path = os.path.join(extra, name)
             if name.endswith(".jinja") and os.path.isfile(path):
-                templates[name.removesuffix(".jinja")] = read(path)
+                templates[name.removesuffix(".jinja")] = _read_template(path)
     if not templates:
         return None
     if len(templates) == 1 and "default" in templates:
@@ -322,7 +313,7 @@ class ChatTemplate:
             if given_directory:
                 directory, where = where, os.path.join(where, "tokenizer_config.json")
             loaded: Mapping[str, Any] = {}  # a directory with template files and no config
-            if not (given_directory and not os.path.exists(where)):
+            if not given_directory or os.path.exists(where):
                 loaded = _json_object(where, "tokenizer config")
             loaded = {**loaded, **_legacy_special_tokens(directory, loaded)}
             files = _template_files(directory)
@@ -339,12 +330,7 @@ class ChatTemplate:
         where = os.fspath(path)
         if where.endswith(".json") or os.path.isdir(where):
             return cls.from_tokenizer_config(where, **options)
-        try:
-            with open(where, encoding="utf-8") as f:
-                source = f.read()
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot read chat template: {exc}") from exc
-        return cls(source, **options)
+        return cls(_read_template(where), **options)
 
     # -- template selection -----------------------------------------------------------------
 
