@@ -927,8 +927,7 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "meta_template, else the framework's default chat meta template), convert to chat "
             "messages and apply this HuggingFace chat template (a tokenizer_config.json, a "
             "model directory or a .jinja file) with add_generation_prompt=True, as the "
-            "reference's chat-template "
-            "models do. Prompts are then strings. gen mode only.",
+            "reference's chat-template models do. Prompts are then strings. gen mode only.",
         ),
         click.option(
             "--flavor",

@@ -190,9 +190,21 @@ class Dataset:
             raise make_error(
                 RetrieverError, f"flavor must be {OPENCOMPASS!r} or {AISBENCH!r}, got {flavor!r}"
             )
+        test_rows = _rows_of(test, "test")
+        train_rows = list(test_rows) if train is None else _rows_of(train, "train")
+        self._set(flavor, test_rows, train_rows, input_columns, output_column)
+
+    def _set(
+        self,
+        flavor: str,
+        test: list[Row],
+        train: list[Row],
+        input_columns: Sequence[str] | str | None,
+        output_column: str | None,
+    ) -> None:
         self.flavor = flavor
-        self.test: list[Row] = _rows_of(test, "test")
-        self.train: list[Row] = list(self.test) if train is None else _rows_of(train, "train")
+        self.test: list[Row] = test
+        self.train: list[Row] = train
         self.output_column: str | None = self._check_output_column(output_column)
         self.input_columns: list[str] = self._check_input_columns(input_columns)
 
@@ -207,11 +219,7 @@ class Dataset:
         """Over rows ``_rows_of`` already gave (plain dicts, kept as they are: not checked a
         second time, which costs a pass over every row)."""
         self = cls.__new__(cls)
-        self.flavor = cls._flavor
-        self.test = test
-        self.train = train
-        self.output_column = self._check_output_column(output_column)
-        self.input_columns = self._check_input_columns(input_columns)
+        self._set(cls._flavor, test, train, input_columns, output_column)
         return self
 
     @classmethod
