@@ -544,6 +544,21 @@ def test_tokenizer_config(tmp_path: Path, ref_tok: Any) -> None:
         ChatTemplate.from_file(path).render(msgs)
 
 
+def _model_directory(path: Path, **edits: Any) -> Path:
+    """A model directory at ``path``: the reference tokenizer saved there, its
+    ``tokenizer_config.json`` updated with ``edits`` (a ``None`` value removes the key). The
+    config's path."""
+    chat_corpus.reference_tokenizer().save_pretrained(path)
+    config_path = path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    for key, value in edits.items():
+        config.pop(key, None)
+        if value is not None:
+            config[key] = value
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    return config_path
+
+
 @pytest.mark.parametrize(
     "layout", ["config_only", "jinja_wins", "jinja_and_named", "named_only", "files_no_config"]
 )
@@ -554,11 +569,9 @@ def test_model_directory_like_from_pretrained(tmp_path: Path, layout: str) -> No
     chat_corpus.reference_tokenizer_or_skip()
     from transformers import AutoTokenizer
 
-    chat_corpus.reference_tokenizer().save_pretrained(tmp_path)
-    config_path = tmp_path / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["chat_template"] = "A:{% for m in messages %}{{ m.content }}{% endfor %}"
-    config_path.write_text(json.dumps(config), encoding="utf-8")
+    config_path = _model_directory(
+        tmp_path, chat_template="A:{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
     default = "B:{{ bos_token }}{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}"
     named = "C:{{ tools | length }}{% for m in messages %}{{ m.content }}{% endfor %}"
     if layout in ("jinja_wins", "jinja_and_named", "files_no_config"):
@@ -601,20 +614,17 @@ def test_model_directory_special_tokens_map(tmp_path: Path, decoder: bool) -> No
     chat_corpus.reference_tokenizer_or_skip()
     from transformers import AutoTokenizer
 
-    chat_corpus.reference_tokenizer().save_pretrained(tmp_path)
-    config_path = tmp_path / "tokenizer_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config.pop("bos_token", None)
-    config.pop("added_tokens_decoder", None)
-    config["eos_token"] = "</s>"
-    config["chat_template"] = (
-        "{{ bos_token }}|{{ eos_token }}|{{ pad_token }}|{{ unk_token }}|"
-        "{% for m in messages %}{{ m.content }}{% endfor %}"
+    unk = {"content": "<unk>", "lstrip": False, "normalized": False, "rstrip": False}
+    config_path = _model_directory(
+        tmp_path,
+        bos_token=None,
+        eos_token="</s>",
+        chat_template="{{ bos_token }}|{{ eos_token }}|{{ pad_token }}|{{ unk_token }}|"
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
+        added_tokens_decoder={"0": {**unk, "single_word": False, "special": True}}
+        if decoder
+        else None,
     )
-    if decoder:
-        unk = {"content": "<unk>", "lstrip": False, "normalized": False, "rstrip": False}
-        config["added_tokens_decoder"] = {"0": {**unk, "single_word": False, "special": True}}
-    config_path.write_text(json.dumps(config), encoding="utf-8")
     bos = {"content": "<BOS>", "lstrip": False, "normalized": False, "rstrip": False}
     special_map = {"bos_token": {**bos, "single_word": False}, "eos_token": "<EOS>"}
     special_map["pad_token"] = "<pad>"
