@@ -59,6 +59,9 @@ pub(crate) struct JoinedTemplate {
 /// At most this many key objects are remembered.
 const KNOWN_KEYS: usize = 64;
 
+/// Templates with at most this many distinct slots keep a row's values on the stack.
+const STACK_SLOTS: usize = 16;
+
 thread_local! {
     /// The output buffer, reused from call to call (a call made while it is in use, from a
     /// value's `__str__`, uses a buffer of its own).
@@ -131,7 +134,16 @@ impl JoinedTemplate {
                 ))
             }
         };
-        let mut values: Vec<Option<Bound<'py, PyAny>>> = vec![None; self.names.len()];
+        // the row's value for each slot: on the stack for the usual few slots (a vector made
+        // per call cost about 25 ns of W1's 370 ns)
+        let mut stack: [Option<Bound<'py, PyAny>>; STACK_SLOTS] = std::array::from_fn(|_| None);
+        let mut heap: Vec<Option<Bound<'py, PyAny>>> = Vec::new();
+        let values: &mut [Option<Bound<'py, PyAny>>] = if self.names.len() <= STACK_SLOTS {
+            &mut stack[..self.names.len()]
+        } else {
+            heap.resize(self.names.len(), None);
+            &mut heap
+        };
         {
             // no Python code runs while the lock is held
             let mut keys = self
@@ -167,13 +179,13 @@ impl JoinedTemplate {
         let out = BUFFER.with(|buffer| match buffer.try_borrow_mut() {
             Ok(mut buf) => {
                 buf.clear();
-                let out = self.fill(py, &values, token.as_ref(), &mut buf)?;
+                let out = self.fill(py, values, token.as_ref(), &mut buf)?;
                 if buf.capacity() > 1 << 16 {
                     *buf = String::new();
                 }
                 Ok(out)
             }
-            Err(_) => self.fill(py, &values, token.as_ref(), &mut String::new()),
+            Err(_) => self.fill(py, values, token.as_ref(), &mut String::new()),
         })?;
         Ok(out.map(|out| (out, complete)))
     }
