@@ -153,15 +153,11 @@ pub(crate) fn render_mm_rows<'py>(
                         filled.push_str(piece);
                     }
                     let s = PyString::new(py, &filled);
-                    match slot {
-                        Some((m, payload, held)) => {
-                            *m = part.modality;
-                            payload.clear();
-                            payload.push_str(&part.payload);
-                            *held = s.clone();
-                        }
-                        None => *slot = Some((part.modality, part.payload.to_string(), s.clone())),
-                    }
+                    // the remembered payload's buffer is reused
+                    let mut payload = slot.take().map(|(_, p, _)| p).unwrap_or_default();
+                    payload.clear();
+                    payload.push_str(&part.payload);
+                    *slot = Some((part.modality, payload, s.clone()));
                     s
                 }
             };
