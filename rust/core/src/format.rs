@@ -16,9 +16,9 @@ use memchr::{memchr, memchr2, memmem};
 #[derive(Debug, Clone, Default)]
 pub struct Entries<'a> {
     pairs: Vec<(&'a str, &'a str)>,
-    /// per value, whether it has a brace: scanned when a template first uses the value (0:
-    /// not yet, 1: no, 2: yes); a row's unused columns are never scanned
-    value_brace: Vec<std::cell::Cell<u8>>,
+    /// per value, whether it has a brace (`None`: not scanned yet): scanned when a template
+    /// first uses the value, so a row's unused columns never are
+    value_brace: Vec<std::cell::Cell<Option<bool>>>,
     key_brace: bool,
     /// the values' total length (an output buffer's size hint)
     values_len: usize,
@@ -44,7 +44,7 @@ impl<'a> Entries<'a> {
     pub fn push(&mut self, key: &'a str, value: &'a str) {
         self.key_brace |= has_brace(key);
         self.pairs.push((key, value));
-        self.value_brace.push(std::cell::Cell::new(0));
+        self.value_brace.push(std::cell::Cell::new(None));
         self.values_len += value.len();
     }
 
@@ -54,7 +54,7 @@ impl<'a> Entries<'a> {
         if let Some(i) = self.position(key) {
             self.values_len = self.values_len - self.pairs[i].1.len() + value.len();
             self.pairs[i].1 = value;
-            self.value_brace[i].set(0);
+            self.value_brace[i].set(None);
         } else {
             self.push(key, value);
         }
@@ -65,14 +65,12 @@ impl<'a> Entries<'a> {
         let Some(cell) = self.value_brace.get(i) else {
             return false;
         };
-        match cell.get() {
-            0 => {
-                let brace = self.pairs.get(i).is_some_and(|(_, v)| has_brace(v));
-                cell.set(if brace { 2 } else { 1 });
-                brace
-            }
-            known => known == 2,
+        if let Some(known) = cell.get() {
+            return known;
         }
+        let brace = self.pairs.get(i).is_some_and(|(_, v)| has_brace(v));
+        cell.set(Some(brace));
+        brace
     }
 
     fn position(&self, key: &str) -> Option<usize> {
