@@ -44,6 +44,7 @@ import _flows_ns  # noqa: E402
 import _golden_ns  # noqa: E402
 from _wheels import package_dir  # noqa: E402
 
+from promptweave import _backend  # noqa: E402
 from promptweave import aisbench as ais  # noqa: E402
 from promptweave.config import load_config  # noqa: E402
 from promptweave.dataset import DatasetRenderer, _type_name  # noqa: E402
@@ -272,6 +273,13 @@ def test_config_matches_reference(
             result = renderer.render(ref_rows)
             assert len(result.prompts) == len(rows)
             assert result.ice_indices == [[]] * len(rows)
+            # the columns the rows lack, counted as on the row-by-row path
+            _backend.FORCE_PYTHON = True
+            try:
+                slow = renderer.render(ref_rows)
+            finally:
+                _backend.FORCE_PYTHON = False
+            assert result.missing_columns == slow.missing_columns
 
 
 def _ref_requests(ref: Any, prompt: Any, parser: str, mode: str | None) -> Any:

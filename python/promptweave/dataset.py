@@ -589,10 +589,9 @@ class DatasetRenderer:
             if fast is not None:
                 if progress is not None:
                     progress(len(test))
-                # the multimodal batch checked that every row has the content field (its only
-                # slot); the raw-messages batch says whether it saw every row's columns
+                # the batch says whether it saw every test row's columns
                 prompts, complete = fast
-                return _Rendered(prompts, indices, 0, self.flow == "multimodal", complete)
+                return _Rendered(prompts, indices, 0, False, complete)
         # the Rust job parses generation prompts in 'gen' mode: a 'ppl' parse of them differs
         # only for dialogue templates, which then take the row-by-row path
         ppl_parse_differs = self.parse_mode != self.mode and any(
@@ -665,8 +664,10 @@ class DatasetRenderer:
         gc.disable()
         try:
             if self.flow == "multimodal":
+                # every row had the content field (its only column): the batch refuses a row
+                # without it
                 out = self._render_mm_batch(test)
-                return None if out is None else (out, False)
+                return None if out is None else (out, True)
             if self.flow is None and getattr(self.template, "prompt_type", None) == "raw_messages":
                 return self._render_raw_batch(test, train, indices, retriever)
         except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
