@@ -25,6 +25,7 @@ use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
 use crate::chat_fast::FastTemplate;
 pub use crate::chat_fast::{Context as FastContext, Message as FastMessage, Scalar};
+use crate::chat_gen::Iter;
 pub use minijinja::Value;
 pub use minijinja::value::{Tuple, ValueKind};
 
@@ -495,6 +496,8 @@ impl ChatTemplate {
                 .map_err(|()| Error::new(ErrorKind::WriteFailure, "write failed"))
         });
         env.set_unknown_method_callback(py_method);
+        // Jinja2's generators and reverse iterators (`map`, `selectattr`, `reverse`, ...)
+        crate::chat_gen::add_filters(&mut env);
         env.add_filter("tojson", tojson_filter);
         // a Markup string stays one through `string` and `trim`, as in Jinja2
         env.add_filter("string", |v: Value| keep_markup(&v, py_str(&v)));
@@ -524,6 +527,11 @@ impl ChatTemplate {
                     ErrorKind::InvalidOperation,
                     "'NoneType' object is not iterable",
                 ));
+            }
+            // a loop over an iterator takes all its items (Jinja2's `loop.length` and
+            // `loop.last` need them; minijinja knows them only for a list)
+            if let Some(rest) = Iter::drain(&v) {
+                return Ok(Value::from(rest));
             }
             Ok(v)
         });
@@ -1023,6 +1031,9 @@ fn write_py_str(out: &mut String, value: &Value) {
 
 /// The name Python's `type(value).__name__` would give.
 pub fn py_type_name(value: &Value) -> &'static str {
+    if let Some(name) = Iter::type_name_of(value) {
+        return name;
+    }
     match value.kind() {
         ValueKind::Undefined => "Undefined",
         ValueKind::None => "NoneType",
@@ -1055,6 +1066,9 @@ fn write_py_repr(out: &mut String, value: &Value, depth: usize) {
         ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
         ValueKind::Number => write_py_number(out, value),
         ValueKind::String => write_py_str_repr(out, value.as_str().unwrap_or_default()),
+        ValueKind::Iterable if Iter::type_name_of(value).is_some() => {
+            out.push_str(&Iter::py_str_of(value).unwrap_or_default());
+        }
         ValueKind::Seq | ValueKind::Iterable => {
             let tuple = value.is_tuple();
             out.push(if tuple { '(' } else { '[' });
@@ -1680,6 +1694,9 @@ fn write_json(
             write_json_str(out, value.as_str().unwrap_or_default(), opts.ensure_ascii);
         }
         ValueKind::Seq | ValueKind::Iterable => {
+            if Iter::type_name_of(value).is_some() {
+                return Err(json_type_error(value));
+            }
             let items: Vec<Value> = value.try_iter()?.collect();
             if items.is_empty() {
                 out.push_str("[]");

@@ -64,6 +64,7 @@
 pub mod api;
 pub mod chat;
 pub mod chat_fast;
+pub mod chat_gen;
 pub mod dataset;
 pub mod error;
 pub mod format;
