@@ -843,7 +843,8 @@ ITERATOR_SOURCES = [
     "{% set us = messages | selectattr('role', 'equalto', 'user') %}"
     "{% for u in us %}[{{ u.content }}]{% endfor %}{% for u in us %}({{ u.content }}){% endfor %}",
     "{% set rs = messages | map(attribute='role') %}{{ rs | join(',') }}|{{ rs | join(',') }}",
-    "{% set rs = messages | map(attribute='role') %}{{ rs | first }}{{ rs | first }}{{ rs | list }}",
+    "{% set rs = messages | map(attribute='role') %}{{ rs | first }}{{ rs | first }}"
+    "{{ rs | list }}",
     "{% set rs = messages | map(attribute='role') %}{{ 'user' in rs }}{{ 'user' in rs }}"
     "{{ 'user' in rs }}",
     "{% set rs = messages | reject('none') %}{{ rs | list | length }}{{ rs | list | length }}",
@@ -851,7 +852,8 @@ ITERATOR_SOURCES = [
     "{% for m in r %}{{ m.role }}{% endfor %}{{ 'T' if r else 'F' }}",
     "{% for m in messages | map(attribute='role') %}{{ loop.index }}/{{ loop.length }}"
     "{{ loop.last }} {% endfor %}",
-    "{% for m in messages | selectattr('role', 'equalto', 'user') %}{{ loop.revindex }}{% endfor %}",
+    "{% for m in messages | selectattr('role', 'equalto', 'user') %}{{ loop.revindex }}"
+    "{% endfor %}",
     "{{ (messages | map(attribute='role'))[0] is defined }}",
     "{{ messages | map(attribute='role') | reverse | join(',') }}",
     "{{ messages | batch(2) | map('length') | list }}{{ messages | slice(2) | list | length }}",
@@ -896,7 +898,8 @@ def test_iterator_tojson_names_the_type(ref_tok: Any) -> None:
     source = "{{ tools | map(attribute='function') | tojson }}"
     case = {"messages": [chat_corpus.USER1], "tools": [chat_corpus.WEATHER_TOOL]}
     ref = _reference(ref_tok, source, case)
-    assert ref[0] == "render" and "Object of type generator is not JSON serializable" in ref[1]
+    assert ref[0] == "render"
+    assert "Object of type generator is not JSON serializable" in ref[1]
     with pytest.raises(ChatTemplateRenderError, match="Object of type generator is not JSON"):
         ChatTemplate(source).render(case["messages"], tools=case["tools"])
 

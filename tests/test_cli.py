@@ -6,6 +6,7 @@ import csv
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -355,6 +356,41 @@ def test_render_limit(work: Path) -> None:
     )
     assert [r["index"] for r in recs] == [0, 1]
     assert ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--limit", "0").stdout == ""
+
+
+def test_render_reader_ranges(work: Path) -> None:
+    """The config's test_range / train_range select rows as the reference reader does; "index"
+    is the row's line in --data; --ignore-ranges renders every row."""
+    cfg = DIALOGUE_CFG.replace(
+        "output_column='answer')", "output_column='answer', test_range='[1:3]', train_range=2)"
+    )
+    assert cfg != DIALOGUE_CFG
+    (work / "ranged_cfg.py").write_text(cfg, "utf-8")
+    args = ("render", "ranged_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl")
+    # train_range=2 keeps two train rows: FixK id 2 is out of range, as in the reference
+    assert "Index 2 is out of range of 2" in fails(work, *args)
+    assert len(records(ok(work, *args, "--ignore-ranges").stdout)) == len(ROWS)
+    (work / "ranged_cfg.py").write_text(cfg.replace("fix_id_list=[0, 2]", "fix_id_list=[1, 0]"))
+    recs = records(ok(work, *args).stdout)
+    assert [r["index"] for r in recs] == [1, 2]
+    # the two train rows: the first two of random.Random(2)'s shuffle of [0, 1, 2]
+    order = list(range(len(TRAIN)))
+    random.Random(2).shuffle(order)
+    kept = [TRAIN[i] for i in order[:2]]
+    for rec, row in zip(recs, ROWS[1:3], strict=True):
+        shots = [kept[1], kept[0]]  # fix_id_list [1, 0] in that order
+        at = [rec["prompt"].index(shot["question"]) for shot in shots]
+        assert at == sorted(at), rec["prompt"]
+        assert TRAIN[order[2]]["question"] not in rec["prompt"]
+        assert row["question"] in rec["prompt"]
+    limited = records(ok(work, *args, "--limit", "1").stdout)
+    assert [r["index"] for r in limited] == [1]
+    out = ok(work, "show", "ranged_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl")
+    assert "test_range '[1:3]'" in out.stdout
+    assert "row 1 " in out.stdout
+    assert "row 0 " not in out.stdout
+    (work / "bad_cfg.py").write_text(cfg.replace("'[1:3]'", "'rows 1 to 3'"), "utf-8")
+    assert "test_range='rows 1 to 3'" in fails(work, "render", "bad_cfg.py", "--data", "test.jsonl")
 
 
 def test_meta_template_file_json_and_py(work: Path) -> None:

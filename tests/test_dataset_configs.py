@@ -57,6 +57,7 @@ from promptweave import _backend, _core  # noqa: E402
 from promptweave.config import load_config, meta_template_of  # noqa: E402
 from promptweave.dataset import DatasetRenderer, _type_name  # noqa: E402
 from promptweave.errors import PromptRenderError, UnknownRoleError  # noqa: E402
+from promptweave.retrievers import partial_indices  # noqa: E402
 
 FLAVOR = {"oc": "opencompass", "ais": "aisbench"}
 
@@ -429,6 +430,36 @@ def _ref_template_cfg(M: Any, cfg: Any) -> Any:
     }
 
 
+def make_ref_dataset(
+    M: Any, train: list[dict[str, Any]], test: list[dict[str, Any]] | None, reader: dict[str, Any]
+) -> Any:
+    """What ``refload.make_dataset`` builds (the framework's own ``DatasetReader`` over a
+    HuggingFace ``DatasetDict``; a single ``Dataset`` when ``test`` is ``None``), with the
+    reader config's ``train_range`` / ``test_range`` too."""
+    import types
+
+    from datasets import Dataset, DatasetDict
+
+    def hf(rows: list[dict[str, Any]]) -> Any:
+        return Dataset.from_list([dict(r) for r in rows])
+
+    data = hf(train) if test is None else DatasetDict({"train": hf(train), "test": hf(test)})
+    input_columns = copy.deepcopy(reader.get("input_columns"))
+    output_column = reader.get("output_column")
+    if input_columns is None:
+        input_columns = [k for k in train[0] if k != output_column]
+    r = M.reader_module.DatasetReader(
+        data,
+        input_columns=input_columns,
+        output_column=output_column,
+        train_range=reader.get("train_range"),
+        test_range=reader.get("test_range"),
+    )
+    return types.SimpleNamespace(
+        reader=r, train=r.dataset["train"], test=r.dataset["test"], abbr="dataset"
+    )
+
+
 class RefPipeline:
     """The reference's retriever + prompt building for one dataset (shared by every meta)."""
 
@@ -444,13 +475,7 @@ class RefPipeline:
         self.M, self.fw = M, fw
         self.rows = rows
         with contextlib.redirect_stderr(io.StringIO()):
-            self.dataset = _refload().make_dataset(
-                M,
-                rows.train,
-                rows.test,
-                copy.deepcopy(reader.get("input_columns")),
-                reader.get("output_column"),
-            )
+            self.dataset = make_ref_dataset(M, rows.train, rows.test, reader)
         self.pt_cfg = infer.get("prompt_template")
         self.it_cfg = infer.get("ice_template")
         rcfg = dict(retriever_cfg if retriever_cfg is not None else infer.get("retriever") or {})
@@ -579,7 +604,8 @@ def _desc(exc: BaseException) -> str:
 
 
 def compare(ours: Any, ref: Outcome, n_test: int) -> str | None:
-    """None when equal, else a description of the difference."""
+    """None when equal, else a description of the difference. ``n_test``: the test rows given
+    (the reference renders those its reader config's ``test_range`` keeps)."""
     if ref.printed:  # promptweave never prints: it raises UnknownRoleError instead
         if not isinstance(ours, UnknownRoleError):
             got = _desc(ours) if isinstance(ours, BaseException) else repr(ours.prompts)[:300]
@@ -602,8 +628,8 @@ def compare(ours: Any, ref: Outcome, n_test: int) -> str | None:
     assert ref.prompts is not None
     if ref.labels is not None and list(ours.labels or []) != ref.labels:
         return f"labels: ours {ours.labels!r}, reference {ref.labels!r}"
-    if len(ours.prompts) != n_test:
-        return f"{len(ours.prompts)} prompts for {n_test} test rows"
+    if len(ours.prompts) != len(ref.prompts):
+        return f"{len(ours.prompts)} prompts, the reference {len(ref.prompts)} (of {n_test} rows)"
     if ours.ice_indices != ref.indices:
         return f"ice_indices: ours {ours.ice_indices!r}, reference {ref.indices!r}"
     for i, (a, b) in enumerate(zip(ours.prompts, ref.prompts, strict=True)):
@@ -666,6 +692,7 @@ class Stats:
     renders: int = 0
     returned: int = 0  # renders that returned prompts (the rest raised like the reference)
     rust_rows: int = 0
+    ranged: int = 0  # dataset configs whose train_range / test_range dropped rows
     by_kind: collections.Counter[str] = field(default_factory=collections.Counter)
     by_mode: collections.Counter[str] = field(default_factory=collections.Counter)
     by_meta: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -684,9 +711,18 @@ def run_case(case: Case, M: Any, stats: Stats, metas: tuple[Meta, ...]) -> None:
     infer, reader = case.infer_cfg, case.reader_cfg
     ref = RefPipeline(M, case.fw, infer, reader, rows)
     # the rows the reference templates see are exactly the rows given to promptweave
+    # (those the reader config's ranges keep: the same rows in the same order)
     seen_test, seen_train = ref.template_rows()
-    assert [list(r.items()) for r in seen_test] == [list(r.items()) for r in rows.test], case.rel
-    assert [list(r.items()) for r in seen_train] == [list(r.items()) for r in rows.train], case.rel
+    kept_test = partial_indices(len(rows.test), reader.get("test_range"), "test")
+    kept_train = partial_indices(len(rows.train), reader.get("train_range"), "train")
+    assert [list(r.items()) for r in seen_test] == [
+        list(rows.test[i].items()) for i in kept_test
+    ], case.rel
+    assert [list(r.items()) for r in seen_train] == [
+        list(rows.train[i].items()) for i in kept_train
+    ], case.rel
+    if len(kept_test) < len(rows.test) or len(kept_train) < len(rows.train):
+        stats.ranged += 1
 
     runs: list[tuple[str, str, bool]] = [(case.mode, "config", False)]  # (mode, tag, explicit)
     if case.mode == "ppl" and case.kind.startswith("label-dict"):
@@ -735,7 +771,7 @@ def run_case(case: Case, M: Any, stats: Stats, metas: tuple[Meta, ...]) -> None:
                 stats.mismatches.append(f"{where}\n    {diff}")
             elif _backend.FORCE_PYTHON:
                 pass  # the row-by-row path on purpose
-            elif not isinstance(ours, BaseException) and ours.rust_rows != len(rows.test):
+            elif not isinstance(ours, BaseException) and ours.rust_rows != len(kept_test):
                 assert renderer is not None
                 stats.fallbacks.append(f"{where}: {_fallback_reason(renderer, rows, ours)}")
 
@@ -745,6 +781,7 @@ def _report(fw: str, stats: Stats, corpus: Corpus, elapsed: float) -> str:
         f"[{fw}] {len(stats.files)} config files, {stats.datasets} dataset configs, "
         f"{stats.renders} renders compared in {elapsed:.1f}s",
         f"  template kinds: {dict(stats.by_kind)}",
+        f"  configs whose reader ranges dropped rows: {stats.ranged}",
         f"  retrievers: {dict(stats.by_retriever)}",
         f"  modes: {dict(stats.by_mode)}",
         f"  metas: {dict(stats.by_meta)}",
@@ -950,6 +987,144 @@ def test_explicit_ice_indices(fw: str, reference: dict[str, Any]) -> None:
             checked += 1
     assert checked >= 20
     assert raised >= 1  # examples without an ice_template: AssertionError / [ICLR-PARAM-002]
+
+
+# ============================================================================ reader ranges
+
+#: (train_range, test_range) pairs: slices, shuffled counts, fractions, no-ops (<= 0 or >= the
+#: split's size) and a fraction small enough to keep no row
+READER_RANGES: list[tuple[Any, Any]] = [
+    (None, "[0:2]"),
+    (None, "[1:]"),
+    (None, " [ : : 2 ] "),
+    (None, "[-2:]"),
+    (None, "[3:1]"),
+    (None, 2),
+    (None, 0.5),
+    (None, 0.01),
+    (None, 0),
+    (None, -4),
+    (None, 10**6),
+    (3, None),
+    (0.5, "[1:3]"),
+    ("[2:]", 2),
+    (True, 1),
+]
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_partial_indices_match_the_reference_reader(fw: str, reference: dict[str, Any]) -> None:
+    """``partial_indices`` picks the rows ``load_partial_dataset`` picks, in its order, and fails
+    like it on a float that is not a fraction."""
+    from datasets import Dataset as HFDataset
+
+    load_partial = reference[fw].reader_module.load_partial_dataset
+    sizes: list[Any] = [None, 0, 1, 2, 3, 5, 7, 8, 9, -1, 0.1, 0.25, 0.5, 0.99, True]
+    sizes += ["[0:3]", "[:5]", "[2:]", "[::3]", "[-3:]", "[1:-1]", "[ 4 : 1 : -1 ]", "[9:20]"]
+    sizes += [1.0, 2.5, 3.0]  # the reference slices with these unless the split is smaller
+    checked = failing = 0
+    for total in (0, 1, 2, 5, 8, 13):
+        hf = HFDataset.from_list([{"i": i} for i in range(total)])
+        for size in sizes:
+            try:
+                want = [r["i"] for r in load_partial(hf, size)]
+            except TypeError:
+                with pytest.raises(TypeError, match=r"test_range=.*fraction"):
+                    partial_indices(total, size, "test")
+                failing += 1
+                continue
+            assert partial_indices(total, size, "test") == want, (total, size)
+            checked += 1
+    assert checked > 100
+    assert failing > 5
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_dataset_ranges_like_the_reader(fw: str, reference: dict[str, Any]) -> None:
+    """``retrievers.Dataset(train_range=, test_range=)`` keeps the rows the reference
+    ``DatasetReader`` keeps, from two splits or from one (both ranges then cut the same rows)."""
+    from promptweave.retrievers import Dataset
+
+    M = reference[fw]
+    test = [{"q": f"q{i}", "a": f"a{i}"} for i in range(9)]
+    train = [{"q": f"t{i}", "a": f"b{i}"} for i in range(7)]
+    for train_range, test_range in READER_RANGES:
+        reader = {"input_columns": ["q"], "output_column": "a"}
+        reader.update(train_range=train_range, test_range=test_range)
+        for ref, ours in (
+            (
+                make_ref_dataset(M, train, test, reader),
+                Dataset(test, train, train_range=train_range, test_range=test_range),
+            ),
+            (
+                make_ref_dataset(M, test, None, reader),
+                Dataset.from_rows(test, train_range=train_range, test_range=test_range),
+            ),
+        ):
+            where = (train_range, test_range)
+            assert ours.test == [dict(r) for r in ref.test], where
+            assert ours.train == [dict(r) for r in ref.train], where
+            assert [test[i] for i in ours.test_indices] == ours.test, where
+
+
+def test_reader_range_errors_are_clear() -> None:
+    from promptweave.errors import PromptTypeError, RetrieverError
+
+    with pytest.raises(RetrieverError, match=r"train_range='\[len\(x\)\]'.*slice"):
+        partial_indices(5, "[len(x)]", "train")
+    with pytest.raises(RetrieverError, match="step cannot be zero"):
+        partial_indices(5, "[::0]")
+    with pytest.raises(PromptTypeError, match=r"test_range: expected .* got list"):
+        partial_indices(5, [0, 1])
+    # checked when the renderer is made
+    infer = {"prompt_template": {"type": "PromptTemplate", "template": "{q}"}}
+    with pytest.raises(ValueError, match="test_range"):
+        DatasetRenderer(infer, {"input_columns": ["q"], "test_range": "rows 0-5"})
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_reader_ranges(fw: str, reference: dict[str, Any]) -> None:
+    """The reader config's ``train_range``/``test_range`` select the rows as the reference's
+    ``DatasetReader`` does (the retrievers then index the selected train rows), for configs
+    with in-context examples, every retriever, gen and ppl; and ``RenderResult.test_indices``
+    names the rows rendered."""
+    M = reference[fw]
+    metas = _metas()
+    checked = 0
+    for k, case in enumerate(_cases_with(fw, _has_ice, 6)):
+        for j, (train_range, test_range) in enumerate(READER_RANGES):
+            dataset = copy.deepcopy(case.dataset)
+            dataset["reader_cfg"] = dict(
+                case.reader_cfg, train_range=train_range, test_range=test_range
+            )
+            ranged = Case(
+                case.fw, case.path, case.index, dataset, case.kind, case.retriever, case.mode
+            )
+            rows = make_rows(ranged, seed_extra=f"ranges{j}")
+            assert not isinstance(rows, str)
+            meta = metas[(k + j) % len(metas)]
+            ours, _ = _check_run(ranged, M, rows, meta, case.mode)
+            if not isinstance(ours, BaseException):
+                kept = partial_indices(len(rows.test), test_range, "test")
+                assert ours.test_indices == kept
+                checked += 1
+            # ignoring the ranges renders every row, as an unranged config does
+            plain = Case(
+                case.fw, case.path, case.index, case.dataset, case.kind, case.retriever, case.mode
+            )
+            whole, _ = _check_run(plain, M, rows, meta, case.mode)
+            if not isinstance(whole, BaseException):
+                renderer = DatasetRenderer(
+                    ranged.infer_cfg,
+                    ranged.reader_cfg,
+                    meta.template,
+                    api=meta.api,
+                    flavor=FLAVOR[fw],
+                    mode=case.mode,
+                    labels=whole.labels,
+                )
+                assert renderer.render(rows.test, rows.train, ranges=False).prompts == whole.prompts
+    assert checked >= 40
 
 
 @pytest.mark.parametrize("fw", ["oc", "ais"])

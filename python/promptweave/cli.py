@@ -259,6 +259,29 @@ class _Job:
     api: bool
     counter: Callable[[str], int] | None = None
     notes: list[str] = field(default_factory=list)
+    #: apply the reader config's train_range / test_range (as the reference reader does)
+    ranges: bool = True
+
+    def rows_rendered(self, limit: int | None) -> int:
+        """How many test rows a render covers: those the test_range keeps, then ``limit``."""
+        from promptweave.retrievers import partial_indices
+
+        n = len(self.test)
+        if self.ranges:
+            test_range = self.renderer.test_range
+            n = len(partial_indices(n, test_range, "test", self.renderer.flavor))
+        return n if limit is None else min(limit, n)
+
+    def describe_rows(self) -> str:
+        """``'5 test rows, 12 train rows'``, with the ranges that select them."""
+        parts = []
+        for split, rows in (("test", self.test), ("train", self.train)):
+            size = getattr(self.renderer, f"{split}_range") if self.ranges else None
+            text = f"{len(rows):,} {split} rows"
+            if size is not None:
+                text += f" ({split}_range {size!r})"
+            parts.append(text)
+        return ", ".join(parts)
 
 
 def _load_config(path: str) -> Any:
@@ -408,6 +431,7 @@ def _prepare(
     infer_mode: str | None = None,
     chat_template: str | None = None,
     progress: _Progress | None = None,
+    ignore_ranges: bool = False,
 ) -> _Job:
     from promptweave.dataset import DatasetRenderer
     from promptweave.tokens import as_token_counter
@@ -453,6 +477,7 @@ def _prepare(
         model_name,
         api and chat is None,
         as_token_counter(tok) if tok is not None else None,
+        ranges=not ignore_ranges,
     )
 
 
@@ -522,12 +547,18 @@ def _render(
     strict: bool,
     zero_shot: bool = False,
 ) -> Any:
-    n = len(job.test) if limit is None else min(limit, len(job.test))
-    ice: list[list[int]] | None = [[] for _ in range(n)] if zero_shot else None
-    update = progress.phase("rendering", n) if progress is not None else None
     with _errors_as_cli():
+        n = job.rows_rendered(limit)
+        ice: list[list[int]] | None = [[] for _ in range(n)] if zero_shot else None
+        update = progress.phase("rendering", n) if progress is not None else None
         return job.renderer.render(
-            job.test, job.train, ice_indices=ice, limit=limit, strict=strict, progress=update
+            job.test,
+            job.train,
+            ice_indices=ice,
+            limit=limit,
+            strict=strict,
+            progress=update,
+            ranges=job.ranges,
         )
 
 
@@ -560,13 +591,15 @@ def prompt_sha256(prompt: Any) -> str:
 def _records(
     result: Any, progress: Callable[[int], None] | None = None
 ) -> Iterator[dict[str, Any]]:
+    rows = result.test_indices or range(len(result.prompts))
     for i, (prompt, ice) in enumerate(zip(result.prompts, result.ice_indices, strict=True)):
         if progress is not None and i and not i % 1024:
             progress(1024)
+        row = rows[i]
         if getattr(result, "infer_mode", None) is not None:
             # a multi-turn row: the model input of each request, in request order
             yield {
-                "index": i,
+                "index": row,
                 "infer_mode": result.infer_mode,
                 "prompts": list(prompt),
                 "ice_indices": list(ice),
@@ -575,14 +608,14 @@ def _records(
         elif result.mode == "ppl":
             by_label = {str(label): p for label, p in prompt.items()}
             yield {
-                "index": i,
+                "index": row,
                 "prompts": by_label,
                 "ice_indices": list(ice),
                 "sha256": {label: prompt_sha256(p) for label, p in by_label.items()},
             }
         else:
             yield {
-                "index": i,
+                "index": row,
                 "prompt": prompt,
                 "ice_indices": list(ice),
                 "sha256": prompt_sha256(prompt),
@@ -852,20 +885,22 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     echo(_s(title or f"dataset {job.dataset}", "header"))
     echo(
         f"  {r.flavor} · {result.mode} mode · {retriever} · {kind} · meta template: {job.model}"
-        f" · {len(job.test):,} test rows, {len(job.train):,} train rows"
+        f" · {job.describe_rows()}"
     )
+    rows = result.test_indices or range(len(result.prompts))
     for i, prompt in enumerate(result.prompts):
         ice = result.ice_indices[i]
+        row = rows[i]
         shots = f"{len(ice)} in-context example{'' if len(ice) == 1 else 's'} {list(ice)}"
         if result.infer_mode is not None:
             n_req = f"{len(prompt)} request{'' if len(prompt) == 1 else 's'} ({result.infer_mode})"
-            echo(_s(f"━━ row {i} · {n_req} ━━", "header"))
+            echo(_s(f"━━ row {row} · {n_req} ━━", "header"))
             for k, p in enumerate(prompt):
                 body, span = _format_prompt(p, p, [], generate=True)
                 echo(_s(f"── request {k}{_tokens(p, p, job, span)} ──", "header"))
                 echo(body)
         elif result.mode == "ppl":
-            echo(_s(f"━━ row {i} · {shots} · {len(prompt)} labels ━━", "header"))
+            echo(_s(f"━━ row {row} · {shots} · {len(prompt)} labels ━━", "header"))
             for label, p in prompt.items():
                 z = zero.prompts[i].get(label)
                 body, span = _format_prompt(p, z, ice, generate=False)
@@ -874,7 +909,7 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
         else:
             z = zero.prompts[i]
             body, span = _format_prompt(prompt, z, ice, generate=True)
-            echo(_s(f"━━ row {i} · {shots}{_tokens(prompt, z, job, span)} ━━", "header"))
+            echo(_s(f"━━ row {row} · {shots}{_tokens(prompt, z, job, span)} ━━", "header"))
             echo(body)
         echo()
     return result
@@ -946,6 +981,13 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "MultiTurnGenInferencer to render: every_with_gt (one per answer, gold answers in "
             "the history) or last (the whole dialogue); default: the config's infer_mode. "
             "'every' needs the model's replies and is refused.",
+        ),
+        click.option(
+            "--ignore-ranges",
+            is_flag=True,
+            help="Render every row of --data (and draw examples from every row of --train), "
+            "ignoring the config's reader_cfg train_range / test_range, which are applied by "
+            "default as the reference's DatasetReader applies them.",
         ),
         click.option(
             "--strict",

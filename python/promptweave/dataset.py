@@ -35,6 +35,7 @@ from promptweave.chat_models import chat_meta_template, convert_chat_messages
 from promptweave.chat_template import ChatTemplate
 from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.raw_prompt_template import flat_dict, immutable
+from promptweave.retrievers import partial_indices
 from promptweave.tokens import TokenCounter, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
@@ -93,6 +94,9 @@ class RenderResult:
             templates).
         messages: with a chat template, the chat messages each prompt was rendered from
             (``None`` otherwise).
+        test_indices: per rendered row, its position in the test rows given to
+            :meth:`~DatasetRenderer.render` (they differ from ``0, 1, 2, ...`` under the reader
+            config's ``test_range``).
     """
 
     prompts: list[Any]
@@ -103,6 +107,7 @@ class RenderResult:
     rust_rows: int = 0
     infer_mode: str | None = None
     messages: list[Any] | None = None
+    test_indices: list[int] = field(default_factory=list)
 
 
 class _Rendered(NamedTuple):
@@ -122,7 +127,9 @@ class DatasetRenderer:
     Args:
         infer_cfg: the dataset's ``infer_cfg``: ``ice_template`` / ``prompt_template`` (config
             dicts or ``PromptTemplate`` objects), ``retriever`` (config dict), ``inferencer``.
-        reader_cfg: the dataset's ``reader_cfg`` (``input_columns``, ``output_column``).
+        reader_cfg: the dataset's ``reader_cfg`` (``input_columns``, ``output_column``, and
+            ``train_range`` / ``test_range``, which :meth:`render` applies as the reference's
+            ``DatasetReader`` does).
         meta_template: the model's meta template (``None`` for none).
         api: render for an API model (``APITemplateParser``: message lists) instead of a
             string model (``LMTemplateParser``).
@@ -177,6 +184,11 @@ class DatasetRenderer:
         reader_cfg = dict(reader_cfg or infer_cfg.get("reader_cfg") or {})
         self.input_columns = reader_cfg.get("input_columns")
         self.output_column: str | None = reader_cfg.get("output_column")
+        #: the reader config's ranges (``None``: the whole split), checked here
+        self.train_range: Any = reader_cfg.get("train_range")
+        self.test_range: Any = reader_cfg.get("test_range")
+        for split, size in (("train", self.train_range), ("test", self.test_range)):
+            partial_indices(0, size, split, flavor)
         self.ice_template = self._template(infer_cfg.get("ice_template"), "ice_template")
         self.prompt_template = self._template(infer_cfg.get("prompt_template"), "prompt_template")
         self.retriever_cfg = dict(infer_cfg.get("retriever") or {"type": "ZeroRetriever"})
@@ -427,8 +439,15 @@ class DatasetRenderer:
         limit: int | None = None,
         strict: bool = False,
         progress: Callable[[int], None] | None = None,
+        ranges: bool = True,
     ) -> RenderResult:
         """Render every test row (the first ``limit`` ones if given).
+
+        The reader config's ``train_range`` / ``test_range`` select the rows of each split as
+        the reference's ``DatasetReader`` does (``'[0:64]'``: a slice; an int or a fraction: a
+        seeded shuffle); without ``train`` both come from the whole ``test``. ``ranges=False``
+        ignores them (rows already selected). ``limit`` then keeps the first test rows.
+        :attr:`RenderResult.test_indices` gives the rendered rows' positions in ``test``.
 
         ``ice_indices`` (one list of train indices per test row) replaces the configured
         retriever, so any external retriever (BM25, embeddings) plugs in. ``strict`` turns a
@@ -439,8 +458,16 @@ class DatasetRenderer:
         test_rows = as_rows(test, "test")
         # the examples come from the whole train split (the test split when there is none)
         train_rows = as_rows(train, "train") if train is not None else test_rows
+        test_indices: list[int] | range = range(len(test_rows))
+        if ranges and self.train_range is not None:
+            kept = partial_indices(len(train_rows), self.train_range, "train", self.flavor)
+            train_rows = [train_rows[i] for i in kept]
+        if ranges and self.test_range is not None:
+            test_indices = partial_indices(len(test_rows), self.test_range, "test", self.flavor)
+            test_rows = [test_rows[i] for i in test_indices]
         if limit is not None:
             test_rows = test_rows[:limit]
+            test_indices = test_indices[:limit]
         dataset = Dataset._of_rows(test_rows, train_rows, self.input_columns, self.output_column)
         retriever = self._retriever(dataset)
         # lists are passed on as they are (FixK hands every row the same list object); zero-shot
@@ -475,6 +502,7 @@ class DatasetRenderer:
             rust_rows,
             infer_mode=self.infer_mode,
             messages=messages,
+            test_indices=list(test_indices),
         )
 
     def _apply_chat_template(self, prompts: list[Any]) -> tuple[list[Any], list[Any]]:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import importlib
 import operator
+import random
+import re
 import secrets
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -55,6 +57,7 @@ __all__ = [
     "RandomRetriever",
     "SlidingWindowRetriever",
     "ZeroRetriever",
+    "partial_indices",
     "random_indices",
 ]
 
@@ -154,6 +157,68 @@ def _rows_of_columns(columns: Mapping[Any, Any], split: str) -> list[Row]:
     return [{name: col[i] for name, col in values.items()} for i in range(n)]
 
 
+# A split's range as a slice expression: ``'[0:64]'``, ``'[:100]'``, ``'[100:200:2]'`` (spaces
+# allowed, as Python allows them in ``index_list[0 : 64]``).
+_RANGE_SLICE = re.compile(r"\s*\[\s*([+-]?\d+)?\s*:\s*([+-]?\d+)?\s*(?::\s*([+-]?\d+)?\s*)?\]\s*\Z")
+
+
+def partial_indices(
+    total: int, size: Any, split: str = "test", flavor: str = OPENCOMPASS
+) -> list[int]:
+    """The rows of a split of ``total`` rows that the reference ``DatasetReader`` keeps for the
+    reader config's ``{split}_range`` ``size`` (``load_partial_dataset``), in their order:
+
+    * ``None``: every row;
+    * an int or float: every row when ``size >= total`` or ``size <= 0``; else ``size`` rows
+      (a float in (0, 1) is a fraction: ``int(size * total)`` rows) drawn by shuffling the
+      row numbers with ``random.Random(size)`` and taking the first ``size`` of them -- the
+      same rows in the same (shuffled) order;
+    * a str: a slice of the row numbers, as ``'[0:64]'`` or ``'[:100]'`` (the reference
+      evaluates ``f'index_list{size}'``; promptweave evaluates no code and takes slices only).
+
+    Raises a ``TypeError`` (:class:`~promptweave.errors.PromptTypeError`) for another type or
+    a float that is not a fraction (the reference fails slicing with it), and a ``ValueError``
+    (:class:`~promptweave.errors.RetrieverError`) for a str that is not a slice.
+    """
+    name = f"reader_cfg {split}_range"
+    index_list = list(range(total))
+    if size is None:
+        return index_list
+    if isinstance(size, (int, float)):
+        if size >= total or size <= 0:
+            return index_list
+        if 0 < size < 1:
+            size = int(size * total)
+        if isinstance(size, float):
+            raise make_error(
+                PromptTypeError,
+                f"{name}={size!r}: a float range must be a fraction in (0, 1) "
+                "(the reference cannot slice with it)",
+                compat=TypeError,
+            )
+        random.Random(size).shuffle(index_list)
+        return index_list[:size]
+    if isinstance(size, str):
+        m = _RANGE_SLICE.match(size)
+        if m is None:
+            raise make_error(
+                RetrieverError,
+                f"{name}={size!r}: expected a slice of the row numbers such as '[0:100]' "
+                "(promptweave does not evaluate other expressions)",
+            )
+        start, stop, step = (None if g is None else int(g) for g in m.groups())
+        if step == 0:
+            raise make_error(RetrieverError, f"{name}={size!r}: slice step cannot be zero")
+        return index_list[start:stop:step]
+    expected = "['NoneType', 'int', 'float', 'str']"
+    raise make_error(
+        PromptTypeError,
+        f"{name}: expected an object in {expected} type, got {type(size).__name__}: {size!r}",
+        compat=TypeError,
+        code=_code(flavor, "UTILS-TYPE-001"),
+    )
+
+
 class Dataset:
     """The rows a retriever works on: ``test`` rows to build prompts for and ``train`` rows to
     draw in-context examples from (it stands in for the reference ``BaseDataset``/``reader``).
@@ -168,6 +233,10 @@ class Dataset:
         output_column: the answer column (a falsy value becomes ``None``, as in the reference).
         flavor: ``'opencompass'`` or ``'aisbench'`` (error codes of the argument checks);
             defaults to the class's (``promptweave.aisbench.Dataset``: ``'aisbench'``).
+        train_range, test_range: the reader config's ranges: only these rows of each split are
+            kept, in this order, as the reference ``DatasetReader`` keeps them (see
+            :func:`partial_indices`); without ``train``, both come from the whole ``test``.
+            ``test_indices`` gives the kept test rows' positions in ``test``.
 
     Rows are kept as given (copied into plain dicts): templates see every column, in order
     (spec 04 §1). To match the reference byte for byte feed the HuggingFace-typed rows (Arrow
@@ -176,6 +245,8 @@ class Dataset:
     """
 
     _flavor: ClassVar[str] = OPENCOMPASS
+    #: the test rows' positions in the test split given (they differ under a ``test_range``)
+    test_indices: list[int]
 
     def __init__(
         self,
@@ -184,6 +255,9 @@ class Dataset:
         input_columns: Sequence[str] | str | None = None,
         output_column: str | None = None,
         flavor: str | None = None,
+        *,
+        train_range: Any = None,
+        test_range: Any = None,
     ) -> None:
         flavor = self._flavor if flavor is None else flavor
         if flavor not in (OPENCOMPASS, AISBENCH):
@@ -192,7 +266,17 @@ class Dataset:
             )
         test_rows = _rows_of(test, "test")
         train_rows = list(test_rows) if train is None else _rows_of(train, "train")
+        # the train split first, as the reference reader takes them
+        if train_range is not None:
+            train_rows = [
+                train_rows[i]
+                for i in partial_indices(len(train_rows), train_range, "train", flavor)
+            ]
+        kept = partial_indices(len(test_rows), test_range, "test", flavor)
+        if test_range is not None:
+            test_rows = [test_rows[i] for i in kept]
         self._set(flavor, test_rows, train_rows, input_columns, output_column)
+        self.test_indices = kept
 
     def _set(
         self,
@@ -205,6 +289,7 @@ class Dataset:
         self.flavor = flavor
         self.test: list[Row] = test
         self.train: list[Row] = train
+        self.test_indices = list(range(len(test)))
         self.output_column: str | None = self._check_output_column(output_column)
         self.input_columns: list[str] = self._check_input_columns(input_columns)
 
@@ -229,9 +314,20 @@ class Dataset:
         input_columns: Sequence[str] | str | None = None,
         output_column: str | None = None,
         flavor: str | None = None,
+        *,
+        train_range: Any = None,
+        test_range: Any = None,
     ) -> Dataset:
         """One split used as both train and test (a reference ``Dataset`` given to a reader)."""
-        return cls(rows, None, input_columns, output_column, flavor)
+        return cls(
+            rows,
+            None,
+            input_columns,
+            output_column,
+            flavor,
+            train_range=train_range,
+            test_range=test_range,
+        )
 
     @classmethod
     def from_splits(
@@ -242,6 +338,9 @@ class Dataset:
         flavor: str | None = None,
         train_split: str = "train",
         test_split: str = "test",
+        *,
+        train_range: Any = None,
+        test_range: Any = None,
     ) -> Dataset:
         """From a mapping of split name to rows (e.g. a ``datasets.DatasetDict``)."""
         for name in (train_split, test_split):
@@ -251,7 +350,15 @@ class Dataset:
                     f"split {name!r} not found; the splits are {list(splits)}",
                     compat=KeyError,
                 )
-        return cls(splits[test_split], splits[train_split], input_columns, output_column, flavor)
+        return cls(
+            splits[test_split],
+            splits[train_split],
+            input_columns,
+            output_column,
+            flavor,
+            train_range=train_range,
+            test_range=test_range,
+        )
 
     @classmethod
     def coerce(cls, dataset: Any, flavor: str | None = None) -> Dataset:
