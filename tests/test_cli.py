@@ -358,9 +358,10 @@ def test_render_limit(work: Path) -> None:
     assert ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--limit", "0").stdout == ""
 
 
-def test_render_reader_ranges(work: Path) -> None:
-    """The config's test_range / train_range select rows as the reference reader does; "index"
-    is the row's line in --data; --ignore-ranges renders every row."""
+def test_render_prepares_loaded_rows(work: Path) -> None:
+    """The data files are the dataset's loaded data: the config's test_range / train_range
+    select rows and its n repeats them, as the reference's BaseDataset and reader do; "index"
+    is the row's line in --data; --rows-as-given renders the rows as they are."""
     cfg = DIALOGUE_CFG.replace(
         "output_column='answer')", "output_column='answer', test_range='[1:3]', train_range=2)"
     )
@@ -369,7 +370,7 @@ def test_render_reader_ranges(work: Path) -> None:
     args = ("render", "ranged_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl")
     # train_range=2 keeps two train rows: FixK id 2 is out of range, as in the reference
     assert "Index 2 is out of range of 2" in fails(work, *args)
-    assert len(records(ok(work, *args, "--ignore-ranges").stdout)) == len(ROWS)
+    assert len(records(ok(work, *args, "--rows-as-given").stdout)) == len(ROWS)
     (work / "ranged_cfg.py").write_text(cfg.replace("fix_id_list=[0, 2]", "fix_id_list=[1, 0]"))
     recs = records(ok(work, *args).stdout)
     assert [r["index"] for r in recs] == [1, 2]
@@ -391,6 +392,28 @@ def test_render_reader_ranges(work: Path) -> None:
     assert "row 0 " not in out.stdout
     (work / "bad_cfg.py").write_text(cfg.replace("'[1:3]'", "'rows 1 to 3'"), "utf-8")
     assert "test_range='rows 1 to 3'" in fails(work, "render", "bad_cfg.py", "--data", "test.jsonl")
+
+
+def test_render_repeats_rows_n_times_with_their_columns(work: Path) -> None:
+    """A dataset config's n repeats the rows (OpenCompass: the whole split, a b a b); the
+    BaseDataset's subdivision / idx columns are there for templates that use them."""
+    cfg = STRING_CFG.replace(
+        "template='Q: {question}\\nA: {answer}'", "template='{subdivision}#{idx}: {question}'"
+    ).replace("abbr='string',", "abbr='string', n=2,")
+    assert "n=2" in cfg
+    assert "{subdivision}" in cfg
+    (work / "n_cfg.py").write_text(cfg, "utf-8")
+    recs = records(ok(work, "render", "n_cfg.py", "--data", "test.jsonl").stdout)
+    assert [r["index"] for r in recs] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [r["prompt"] for r in recs] == [
+        f"string#{i}: {ROWS[i]['question']}" for i in [0, 1, 2, 3, 0, 1, 2, 3]
+    ]
+    given = records(
+        ok(work, "render", "n_cfg.py", "--data", "test.jsonl", "--rows-as-given").stdout
+    )
+    assert [r["prompt"] for r in given] == [
+        "{subdivision}#{idx}: " + row["question"] for row in ROWS
+    ]
 
 
 def test_meta_template_file_json_and_py(work: Path) -> None:

@@ -435,7 +435,7 @@ def make_ref_dataset(
 ) -> Any:
     """What ``refload.make_dataset`` builds (the framework's own ``DatasetReader`` over a
     HuggingFace ``DatasetDict``; a single ``Dataset`` when ``test`` is ``None``), with the
-    reader config's ``train_range`` / ``test_range`` too."""
+    reader config's ``train_range`` / ``test_range`` too (none given: the rows as they are)."""
     import types
 
     from datasets import Dataset, DatasetDict
@@ -460,6 +460,32 @@ def make_ref_dataset(
     )
 
 
+def make_ref_base_dataset(
+    M: Any,
+    train: list[dict[str, Any]] | None,
+    test: list[dict[str, Any]],
+    reader: dict[str, Any],
+    abbr: str,
+    n: int,
+) -> Any:
+    """The framework's real ``BaseDataset`` (``refload.base_dataset_class``) whose ``load()``
+    returns ``test`` as a ``Dataset`` (``train=None``) or ``{'train', 'test'}`` as a
+    ``DatasetDict``, with the whole reader config (its ranges too), ``abbr`` and ``n``."""
+    from datasets import Dataset, DatasetDict
+
+    def hf(rows: list[dict[str, Any]]) -> Any:
+        return Dataset.from_list([dict(r) for r in rows])
+
+    names = (reader.get("train_split", "train"), reader.get("test_split", "test"))
+    if train is None:
+        data = hf(test)
+    else:
+        data = DatasetDict({names[0]: hf(train), names[1]: hf(test)})
+    base = _refload().base_dataset_class(M)
+    cls = type("LoadedDS", (base,), {"load": staticmethod(lambda **kw: data)})
+    return cls(reader_cfg=copy.deepcopy(reader), abbr=abbr, n=n)
+
+
 class RefPipeline:
     """The reference's retriever + prompt building for one dataset (shared by every meta)."""
 
@@ -471,11 +497,19 @@ class RefPipeline:
         reader: dict[str, Any],
         rows: Rows,
         retriever_cfg: dict[str, Any] | None = None,
+        loaded: dict[str, Any] | None = None,
     ) -> None:
         self.M, self.fw = M, fw
         self.rows = rows
         with contextlib.redirect_stderr(io.StringIO()):
-            self.dataset = make_ref_dataset(M, rows.train, rows.test, reader)
+            if loaded is None:
+                # the rows as the templates see them: a reader with the columns only
+                columns = {k: reader.get(k) for k in ("input_columns", "output_column")}
+                self.dataset = make_ref_dataset(M, rows.train, rows.test, columns)
+            else:
+                self.dataset = make_ref_base_dataset(
+                    M, loaded.get("train", rows.train), rows.test, reader, **loaded["base"]
+                )
         self.pt_cfg = infer.get("prompt_template")
         self.it_cfg = infer.get("ice_template")
         rcfg = dict(retriever_cfg if retriever_cfg is not None else infer.get("retriever") or {})
@@ -692,7 +726,6 @@ class Stats:
     renders: int = 0
     returned: int = 0  # renders that returned prompts (the rest raised like the reference)
     rust_rows: int = 0
-    ranged: int = 0  # dataset configs whose train_range / test_range dropped rows
     by_kind: collections.Counter[str] = field(default_factory=collections.Counter)
     by_mode: collections.Counter[str] = field(default_factory=collections.Counter)
     by_meta: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -711,18 +744,9 @@ def run_case(case: Case, M: Any, stats: Stats, metas: tuple[Meta, ...]) -> None:
     infer, reader = case.infer_cfg, case.reader_cfg
     ref = RefPipeline(M, case.fw, infer, reader, rows)
     # the rows the reference templates see are exactly the rows given to promptweave
-    # (those the reader config's ranges keep: the same rows in the same order)
     seen_test, seen_train = ref.template_rows()
-    kept_test = partial_indices(len(rows.test), reader.get("test_range"), "test")
-    kept_train = partial_indices(len(rows.train), reader.get("train_range"), "train")
-    assert [list(r.items()) for r in seen_test] == [
-        list(rows.test[i].items()) for i in kept_test
-    ], case.rel
-    assert [list(r.items()) for r in seen_train] == [
-        list(rows.train[i].items()) for i in kept_train
-    ], case.rel
-    if len(kept_test) < len(rows.test) or len(kept_train) < len(rows.train):
-        stats.ranged += 1
+    assert [list(r.items()) for r in seen_test] == [list(r.items()) for r in rows.test], case.rel
+    assert [list(r.items()) for r in seen_train] == [list(r.items()) for r in rows.train], case.rel
 
     runs: list[tuple[str, str, bool]] = [(case.mode, "config", False)]  # (mode, tag, explicit)
     if case.mode == "ppl" and case.kind.startswith("label-dict"):
@@ -771,7 +795,7 @@ def run_case(case: Case, M: Any, stats: Stats, metas: tuple[Meta, ...]) -> None:
                 stats.mismatches.append(f"{where}\n    {diff}")
             elif _backend.FORCE_PYTHON:
                 pass  # the row-by-row path on purpose
-            elif not isinstance(ours, BaseException) and ours.rust_rows != len(kept_test):
+            elif not isinstance(ours, BaseException) and ours.rust_rows != len(rows.test):
                 assert renderer is not None
                 stats.fallbacks.append(f"{where}: {_fallback_reason(renderer, rows, ours)}")
 
@@ -781,7 +805,6 @@ def _report(fw: str, stats: Stats, corpus: Corpus, elapsed: float) -> str:
         f"[{fw}] {len(stats.files)} config files, {stats.datasets} dataset configs, "
         f"{stats.renders} renders compared in {elapsed:.1f}s",
         f"  template kinds: {dict(stats.by_kind)}",
-        f"  configs whose reader ranges dropped rows: {stats.ranged}",
         f"  retrievers: {dict(stats.by_retriever)}",
         f"  modes: {dict(stats.by_mode)}",
         f"  metas: {dict(stats.by_meta)}",
@@ -901,11 +924,15 @@ def _check_run(
     retriever_cfg: dict[str, Any] | None = None,
     indices: list[list[int]] | None = None,
     flavor: str | None = None,
+    loaded: dict[str, Any] | None = None,
     **render_kw: Any,
 ) -> tuple[Any, Outcome]:
-    """Ours vs the reference for one dataset config with overrides; returns (ours, expected)."""
+    """Ours vs the reference for one dataset config with overrides; returns (ours, expected).
+    ``loaded={'base': {'abbr', 'n'}, 'train': rows or None}``: the rows are a dataset's loaded
+    data (one split when ``train`` is ``None``), prepared by the reference's ``BaseDataset``
+    and by ``render(..., loaded=True)``."""
     fw = case.fw if flavor is None else {"opencompass": "oc", "aisbench": "ais"}[flavor]
-    ref = RefPipeline(M, fw, case.infer_cfg, case.reader_cfg, rows, retriever_cfg)
+    ref = RefPipeline(M, fw, case.infer_cfg, case.reader_cfg, rows, retriever_cfg, loaded)
     built = ref.build(mode, indices=indices)
     expected = ref.parse(built, meta, mode)
     infer = dict(case.infer_cfg)
@@ -920,7 +947,14 @@ def _check_run(
             flavor=FLAVOR[fw],
             mode=mode,
             labels=expected.labels,
-        ).render(rows.test, rows.train, ice_indices=indices, **render_kw)
+            **(loaded["base"] if loaded else {}),
+        ).render(
+            rows.test,
+            loaded.get("train", rows.train) if loaded else rows.train,
+            ice_indices=indices,
+            loaded=loaded is not None,
+            **render_kw,
+        )
     except Exception as exc:
         ours = exc
     diff = compare(ours, expected, len(rows.test))
@@ -1067,6 +1101,47 @@ def test_dataset_ranges_like_the_reader(fw: str, reference: dict[str, Any]) -> N
             assert [test[i] for i in ours.test_indices] == ours.test, where
 
 
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_from_loaded_like_base_dataset(fw: str, reference: dict[str, Any]) -> None:
+    """``Dataset.from_loaded`` gives the rows (``subdivision``/``idx`` included) the real
+    ``BaseDataset`` gives, for ranges x repetitions x one or two splits x split names."""
+    from promptweave.retrievers import Dataset
+
+    M = reference[fw]
+    test = [{"q": f"q{i}", "a": f"a{i}"} for i in range(6)]
+    train = [{"q": f"t{i}", "a": f"b{i}", "idx": -i} for i in range(5)]  # idx: overwritten
+    checked = 0
+    for j, (train_range, test_range) in enumerate(READER_RANGES):
+        for n in (1, 2, 3):
+            for two, names in ((False, ("train", "test")), (True, ("dev", "val"))):
+                reader = {"input_columns": ["q"], "output_column": "a"}
+                reader.update(train_range=train_range, test_range=test_range)
+                reader.update(train_split=names[0], test_split=names[1])
+                with contextlib.redirect_stderr(io.StringIO()):
+                    ref = make_ref_base_dataset(
+                        M, train if two else None, test, reader, f"ds{j}", n
+                    )
+                ours = Dataset.from_loaded(
+                    test,
+                    train if two else None,
+                    flavor=FLAVOR[fw],
+                    abbr=f"ds{j}",
+                    n=n,
+                    train_range=train_range,
+                    test_range=test_range,
+                    train_split=names[0],
+                    test_split=names[1],
+                )
+                where = (train_range, test_range, n, two)
+                assert repr(ours.test) == repr([dict(r) for r in ref.test]), where
+                assert repr(ours.train) == repr([dict(r) for r in ref.train]), where
+                pairs = zip(ours.test_indices, ours.test, strict=True)
+                got = [(test[i]["q"], r["q"]) for i, r in pairs]
+                assert all(a == b for a, b in got), where
+                checked += 1
+    assert checked == len(READER_RANGES) * 6
+
+
 def test_reader_range_errors_are_clear() -> None:
     from promptweave.errors import PromptTypeError, RetrieverError
 
@@ -1083,15 +1158,19 @@ def test_reader_range_errors_are_clear() -> None:
 
 
 @pytest.mark.parametrize("fw", ["oc", "ais"])
-def test_reader_ranges(fw: str, reference: dict[str, Any]) -> None:
-    """The reader config's ``train_range``/``test_range`` select the rows as the reference's
-    ``DatasetReader`` does (the retrievers then index the selected train rows), for configs
-    with in-context examples, every retriever, gen and ppl; and ``RenderResult.test_indices``
-    names the rows rendered."""
+def test_loaded_rows(fw: str, reference: dict[str, Any]) -> None:
+    """``render(..., loaded=True)``: the rows are a dataset's loaded data, prepared as the real
+    ``BaseDataset`` and ``DatasetReader`` prepare them (``subdivision``/``idx``, ``n``
+    repetitions -- whole splits in OpenCompass, each row in AISBench --, the reader config's
+    ``train_range``/``test_range`` before or after them); one split or two; for configs with
+    in-context examples, every retriever, gen and ppl. ``RenderResult.test_indices`` names the
+    loaded rows rendered."""
+    from promptweave.retrievers import prepared_test_size
+
     M = reference[fw]
     metas = _metas()
     checked = 0
-    for k, case in enumerate(_cases_with(fw, _has_ice, 6)):
+    for k, case in enumerate(_cases_with(fw, _has_ice, 5)):
         for j, (train_range, test_range) in enumerate(READER_RANGES):
             dataset = copy.deepcopy(case.dataset)
             dataset["reader_cfg"] = dict(
@@ -1100,30 +1179,23 @@ def test_reader_ranges(fw: str, reference: dict[str, Any]) -> None:
             ranged = Case(
                 case.fw, case.path, case.index, dataset, case.kind, case.retriever, case.mode
             )
-            rows = make_rows(ranged, seed_extra=f"ranges{j}")
+            rows = make_rows(ranged, seed_extra=f"loaded{j}")
             assert not isinstance(rows, str)
             meta = metas[(k + j) % len(metas)]
-            ours, _ = _check_run(ranged, M, rows, meta, case.mode)
-            if not isinstance(ours, BaseException):
-                kept = partial_indices(len(rows.test), test_range, "test")
-                assert ours.test_indices == kept
-                checked += 1
-            # ignoring the ranges renders every row, as an unranged config does
-            plain = Case(
-                case.fw, case.path, case.index, case.dataset, case.kind, case.retriever, case.mode
-            )
-            whole, _ = _check_run(plain, M, rows, meta, case.mode)
-            if not isinstance(whole, BaseException):
-                renderer = DatasetRenderer(
-                    ranged.infer_cfg,
-                    ranged.reader_cfg,
-                    meta.template,
-                    api=meta.api,
-                    flavor=FLAVOR[fw],
-                    mode=case.mode,
-                    labels=whole.labels,
-                )
-                assert renderer.render(rows.test, rows.train, ranges=False).prompts == whole.prompts
+            n = 1 + (k + j) % 3
+            # one loaded split serves both only under the default split names (with others the
+            # reference's reader fails to find them: promptweave takes the one split for both)
+            names = (case.reader_cfg.get("train_split"), case.reader_cfg.get("test_split"))
+            one_split = j % 2 == 0 and names[0] in (None, "train") and names[1] in (None, "test")
+            split: dict[str, Any] = {"train": None} if one_split else {}
+            loaded = {"base": {"abbr": f"ds{k}", "n": n}, **split}
+            ours, _ = _check_run(ranged, M, rows, meta, case.mode, loaded=loaded)
+            if isinstance(ours, BaseException):
+                continue
+            size = prepared_test_size(len(rows.test), n=n, test_range=test_range, flavor=FLAVOR[fw])
+            assert len(ours.test_indices) == len(ours.prompts) == size
+            assert set(ours.test_indices) <= set(range(len(rows.test)))
+            checked += 1
     assert checked >= 40
 
 

@@ -50,7 +50,8 @@ H, B, S = _golden_ns.H, _golden_ns.B, _golden_ns.S
 # ============================================================================ golden cases
 
 #: the spec's cases this file ports (RET-16 is numpy itself; it runs as our RNG instead)
-GOLDEN_IDS = [f"RET-{i:02d}" for i in range(1, 28)] + ["DS-05"]
+GOLDEN_IDS = [f"RET-{i:02d}" for i in range(1, 28)]
+GOLDEN_IDS += ["DS-01", "DS-02", "DS-03", "DS-04", "DS-05", "E2E-01"]
 #: case id -> code replacing the spec's (same expected outcome)
 CODE_OVERRIDES = {
     "RET-16": "result = random_indices(43, 6, 3, 2, backend='python')",
@@ -133,11 +134,28 @@ def build_ns(fw: str) -> dict[str, Any]:
         dataset = ds(ns["ROWS6"], ns["TEST2"], ["question"], "answer")
         return api.RandomRetriever(dataset, ice_num=ice_num, seed=seed)
 
+    def baseds(
+        data: Any,
+        n: int = 1,
+        abbr: str = "myds",
+        input_columns: Any = ("q",),
+        output_column: str = "ans",
+    ) -> tuple[list[Any], list[Any]]:
+        """The spec's ``BASEDS``: a dataset's loaded rows prepared as ``BaseDataset`` does, by
+        ``Dataset.from_loaded`` -- fed the rows HuggingFace-typed, as the loader gives them
+        (spec 04 §1: Arrow typing is the loader's, not the library's)."""
+        splits = data if isinstance(data, dict) else {None: data}
+        typed = {k: hf_typed(v) for k, v in splits.items()}
+        test, train = (typed[None], None) if None in typed else (typed["test"], typed["train"])
+        d = api.Dataset.from_loaded(test, train, list(input_columns), output_column, abbr=abbr, n=n)
+        return list(d.test), list(d.train)
+
     ns.update(
         DS=ds,
         FIXK=fixk,
         ZERO=zero,
         RANDOM=random_,
+        BASEDS=baseds,
         random_indices=random_indices,
         META_ICE_T=lambda: tmpl(ice_specs["meta"]),
         STR_ICE_T=lambda: tmpl(ice_specs["str"]),
@@ -147,6 +165,13 @@ def build_ns(fw: str) -> dict[str, Any]:
         SEED000_PT=lambda: tmpl(pt_specs["seed000"]),
     )
     return ns
+
+
+def hf_typed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` as a HuggingFace ``datasets.Dataset`` gives them back (column types unified)."""
+    from datasets import Dataset as HFDataset
+
+    return [dict(r) for r in HFDataset.from_list([dict(r) for r in rows])]
 
 
 def run_code(code: str, ns: dict[str, Any]) -> tuple[Any, BaseException | None]:

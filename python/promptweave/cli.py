@@ -259,28 +259,34 @@ class _Job:
     api: bool
     counter: Callable[[str], int] | None = None
     notes: list[str] = field(default_factory=list)
-    #: apply the reader config's train_range / test_range (as the reference reader does)
-    ranges: bool = True
+    #: the rows are a dataset's loaded data: prepared as the reference's BaseDataset and
+    #: DatasetReader prepare them (subdivision/idx, n repetitions, train_range/test_range)
+    loaded: bool = True
+    #: the train rows came from --train (else they are the test rows)
+    own_train: bool = True
 
     def rows_rendered(self, limit: int | None) -> int:
-        """How many test rows a render covers: those the test_range keeps, then ``limit``."""
-        from promptweave.retrievers import partial_indices
+        """How many test rows a render covers (after the preparation), then ``limit``."""
+        from promptweave.retrievers import prepared_test_size
 
+        r = self.renderer
         n = len(self.test)
-        if self.ranges:
-            test_range = self.renderer.test_range
-            n = len(partial_indices(n, test_range, "test", self.renderer.flavor))
+        if self.loaded:
+            n = prepared_test_size(n, n=r.n, test_range=r.test_range, flavor=r.flavor)
         return n if limit is None else min(limit, n)
 
     def describe_rows(self) -> str:
-        """``'5 test rows, 12 train rows'``, with the ranges that select them."""
+        """``'5 test rows, 12 train rows'``, with what selects and repeats them."""
+        r = self.renderer
         parts = []
         for split, rows in (("test", self.test), ("train", self.train)):
-            size = getattr(self.renderer, f"{split}_range") if self.ranges else None
+            size = getattr(r, f"{split}_range") if self.loaded else None
             text = f"{len(rows):,} {split} rows"
             if size is not None:
                 text += f" ({split}_range {size!r})"
             parts.append(text)
+        if self.loaded and r.n != 1:
+            parts.append(f"each {r.n} times")
         return ", ".join(parts)
 
 
@@ -431,7 +437,7 @@ def _prepare(
     infer_mode: str | None = None,
     chat_template: str | None = None,
     progress: _Progress | None = None,
-    ignore_ranges: bool = False,
+    rows_as_given: bool = False,
 ) -> _Job:
     from promptweave.dataset import DatasetRenderer
     from promptweave.tokens import as_token_counter
@@ -477,7 +483,8 @@ def _prepare(
         model_name,
         api and chat is None,
         as_token_counter(tok) if tok is not None else None,
-        ranges=not ignore_ranges,
+        loaded=not rows_as_given,
+        own_train=train_rows is not None,
     )
 
 
@@ -553,12 +560,12 @@ def _render(
         update = progress.phase("rendering", n) if progress is not None else None
         return job.renderer.render(
             job.test,
-            job.train,
+            job.train if job.own_train else None,
             ice_indices=ice,
             limit=limit,
             strict=strict,
             progress=update,
-            ranges=job.ranges,
+            loaded=job.loaded,
         )
 
 
@@ -983,11 +990,12 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "'every' needs the model's replies and is refused.",
         ),
         click.option(
-            "--ignore-ranges",
+            "--rows-as-given",
             is_flag=True,
-            help="Render every row of --data (and draw examples from every row of --train), "
-            "ignoring the config's reader_cfg train_range / test_range, which are applied by "
-            "default as the reference's DatasetReader applies them.",
+            help="Use the rows of --data / --train as they are. By default they are taken as "
+            "the dataset's loaded data and prepared as the reference's BaseDataset and "
+            "DatasetReader do: subdivision/idx columns, the dataset's n repetitions, "
+            "reader_cfg's train_range / test_range.",
         ),
         click.option(
             "--strict",

@@ -35,7 +35,7 @@ from promptweave.chat_models import chat_meta_template, convert_chat_messages
 from promptweave.chat_template import ChatTemplate
 from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.raw_prompt_template import flat_dict, immutable
-from promptweave.retrievers import partial_indices
+from promptweave.retrievers import partial_indices, prepare_loaded
 from promptweave.tokens import TokenCounter, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
@@ -128,8 +128,8 @@ class DatasetRenderer:
         infer_cfg: the dataset's ``infer_cfg``: ``ice_template`` / ``prompt_template`` (config
             dicts or ``PromptTemplate`` objects), ``retriever`` (config dict), ``inferencer``.
         reader_cfg: the dataset's ``reader_cfg`` (``input_columns``, ``output_column``, and
-            ``train_range`` / ``test_range``, which :meth:`render` applies as the reference's
-            ``DatasetReader`` does).
+            ``train_range`` / ``test_range``, which ``render(..., loaded=True)`` applies as
+            the reference's ``DatasetReader`` does).
         meta_template: the model's meta template (``None`` for none).
         api: render for an API model (``APITemplateParser``: message lists) instead of a
             string model (``LMTemplateParser``).
@@ -151,6 +151,9 @@ class DatasetRenderer:
             ``MultiTurnGenInferencer``). ``'every'`` is refused: its requests hold the model's
             replies (use :func:`promptweave.aisbench.multiturn_requests` with ``generate=``).
             Not used by other templates.
+        abbr, n, k: the dataset config's ``abbr``, ``n`` (repetitions of every row) and ``k``
+            (``n >= k`` is checked, as the reference does), for ``render(..., loaded=True)``;
+            :meth:`from_config` takes them from the dataset config.
         chat_template: render for a local chat model (HuggingFace/vLLM/LMDeploy "with chat
             template"): a :class:`~promptweave.ChatTemplate`, or a path to a model directory,
             a ``tokenizer_config.json`` or a ``.jinja`` file. Prompts are parsed with the API parser
@@ -177,16 +180,32 @@ class DatasetRenderer:
         threads: int | None = None,
         infer_mode: str | None = None,
         chat_template: Any = None,
+        abbr: str = "dataset",
+        n: int = 1,
+        k: int | Sequence[int] = 1,
     ) -> None:
         if flavor not in (OPENCOMPASS, AISBENCH):
             raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
         self.flavor = flavor
+        #: the dataset config's ``abbr``, ``n`` and ``k`` (``render(..., loaded=True)``)
+        self.abbr, self.n, self.k = abbr, n, k
+        max_k = max(k) if isinstance(k, Sequence) else k
+        if max_k > n:
+            raise make_error(
+                ArgumentError,
+                f"Maximum value of `k` ({max_k}) must be less than or equal to `n` ({n})",
+                compat=AssertionError if flavor == OPENCOMPASS else ValueError,
+                code="DSET-PARAM-002" if flavor == AISBENCH else None,
+            )
         reader_cfg = dict(reader_cfg or infer_cfg.get("reader_cfg") or {})
         self.input_columns = reader_cfg.get("input_columns")
         self.output_column: str | None = reader_cfg.get("output_column")
         #: the reader config's ranges (``None``: the whole split), checked here
         self.train_range: Any = reader_cfg.get("train_range")
         self.test_range: Any = reader_cfg.get("test_range")
+        #: the splits' names in the loaded data (OpenCompass's ``subdivision`` names them)
+        self.train_split = str(reader_cfg.get("train_split", "train"))
+        self.test_split = str(reader_cfg.get("test_split", "test"))
         for split, size in (("train", self.train_range), ("test", self.test_range)):
             partial_indices(0, size, split, flavor)
         self.ice_template = self._template(infer_cfg.get("ice_template"), "ice_template")
@@ -267,6 +286,9 @@ class DatasetRenderer:
         meta = kw.pop("meta_template", None)
         if meta is None and model_cfg is not None:
             meta = model_cfg.get("meta_template")
+        for key in ("abbr", "n", "k"):
+            if key in dataset_cfg:
+                kw.setdefault(key, dataset_cfg[key])
         return cls(dataset_cfg["infer_cfg"], dataset_cfg.get("reader_cfg"), meta, **kw)
 
     # ------------------------------------------------------------------ configuration
@@ -439,15 +461,20 @@ class DatasetRenderer:
         limit: int | None = None,
         strict: bool = False,
         progress: Callable[[int], None] | None = None,
-        ranges: bool = True,
+        loaded: bool = False,
     ) -> RenderResult:
         """Render every test row (the first ``limit`` ones if given).
 
-        The reader config's ``train_range`` / ``test_range`` select the rows of each split as
-        the reference's ``DatasetReader`` does (``'[0:64]'``: a slice; an int or a fraction: a
-        seeded shuffle); without ``train`` both come from the whole ``test``. ``ranges=False``
-        ignores them (rows already selected). ``limit`` then keeps the first test rows.
-        :attr:`RenderResult.test_indices` gives the rendered rows' positions in ``test``.
+        By default the rows are those the reference's templates see (its reader's splits, as
+        ``dataset.test`` / ``dataset.train`` give them), used as they are; without ``train`` the
+        examples come from the test rows. ``loaded=True`` takes them as a dataset's ``load()``
+        returned them and prepares them first as the framework's ``BaseDataset`` and
+        ``DatasetReader`` do: ``subdivision``/``idx`` columns, repetition ``n`` times (the
+        dataset config's ``n``) and the reader config's ``train_range``/``test_range``
+        (``'[0:64]'``: a slice; a count or a fraction: a seeded shuffle), in the framework's
+        order (:func:`promptweave.retrievers.prepare_loaded`). ``limit`` then keeps the first
+        test rows; :attr:`RenderResult.test_indices` gives each rendered row's position in
+        ``test``.
 
         ``ice_indices`` (one list of train indices per test row) replaces the configured
         retriever, so any external retriever (BM25, embeddings) plugs in. ``strict`` turns a
@@ -456,15 +483,22 @@ class DatasetRenderer:
         from promptweave.retrievers import Dataset
 
         test_rows = as_rows(test, "test")
-        # the examples come from the whole train split (the test split when there is none)
-        train_rows = as_rows(train, "train") if train is not None else test_rows
         test_indices: list[int] | range = range(len(test_rows))
-        if ranges and self.train_range is not None:
-            kept = partial_indices(len(train_rows), self.train_range, "train", self.flavor)
-            train_rows = [train_rows[i] for i in kept]
-        if ranges and self.test_range is not None:
-            test_indices = partial_indices(len(test_rows), self.test_range, "test", self.flavor)
-            test_rows = [test_rows[i] for i in test_indices]
+        if loaded:
+            test_rows, train_rows, test_indices = prepare_loaded(
+                test_rows,
+                as_rows(train, "train") if train is not None else None,
+                abbr=self.abbr,
+                n=self.n,
+                train_range=self.train_range,
+                test_range=self.test_range,
+                flavor=self.flavor,
+                train_split=self.train_split,
+                test_split=self.test_split,
+            )
+        else:
+            # the examples come from the whole train split (the test split when there is none)
+            train_rows = as_rows(train, "train") if train is not None else test_rows
         if limit is not None:
             test_rows = test_rows[:limit]
             test_indices = test_indices[:limit]

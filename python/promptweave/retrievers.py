@@ -58,6 +58,8 @@ __all__ = [
     "SlidingWindowRetriever",
     "ZeroRetriever",
     "partial_indices",
+    "prepare_loaded",
+    "prepared_test_size",
     "random_indices",
 ]
 
@@ -219,6 +221,92 @@ def partial_indices(
     )
 
 
+def prepare_loaded(
+    test: Sequence[Row],
+    train: Sequence[Row] | None = None,
+    *,
+    abbr: str = "dataset",
+    n: int = 1,
+    train_range: Any = None,
+    test_range: Any = None,
+    flavor: str = OPENCOMPASS,
+    train_split: str = "train",
+    test_split: str = "test",
+) -> tuple[list[Row], list[Row], list[int]]:
+    """The rows the reference's templates see, from the rows a dataset's ``load()`` returned:
+    ``test`` and ``train`` (``train=None``: one split, a ``Dataset``, serving as both).
+
+    What the framework's ``BaseDataset`` and ``DatasetReader`` do to them, in its order (spec 04
+    §1):
+
+    * OpenCompass: a ``subdivision`` column (``abbr``; for two splits ``f'{abbr}_{split}'``, the
+      split's name in the loaded data: the reader config's ``train_split``/``test_split``) and
+      an ``idx`` column (the row's position in its split) are added, each split is repeated
+      ``n`` times whole (``a, b, a, b``), then each split keeps the rows of its range
+      (:func:`partial_indices`);
+    * AISBench: each split keeps the rows of its range first, then gets ``subdivision``
+      (``f'{abbr}_{split}'``) and ``idx`` (the position in the kept rows), then each row is
+      repeated ``n`` times in place (``a, a, b, b``).
+
+    Returns ``(test rows, train rows, test positions)``: the positions are those of the test
+    rows in ``test``. Rows are new dicts (a column already named ``subdivision`` or ``idx`` is
+    overwritten in its place, as ``datasets.Dataset.map`` does); a repeated row is the same
+    dict object each time.
+    """
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise make_error(
+            PromptTypeError,
+            f"n (the dataset's repetition count) must be an int, got {type(n).__name__}: {n!r}",
+            compat=TypeError,
+        )
+    if n < 1:
+        raise make_error(
+            RetrieverError, f"n (the dataset's repetition count) must be >= 1, got {n}"
+        )
+    single = train is None
+    train_rows = list(test if train is None else train)
+    test_rows = list(test)
+
+    loaded_names = {"train": train_split, "test": test_split}
+
+    def columns(rows: Sequence[Row], split: str) -> list[Row]:
+        if flavor == OPENCOMPASS:
+            name = abbr if single else f"{abbr}_{loaded_names[split]}"
+        else:
+            name = f"{abbr}_{split}"
+        return [{**row, "subdivision": name, "idx": i} for i, row in enumerate(rows)]
+
+    def keep(rows: list[Row], size: Any, split: str) -> tuple[list[Row], list[int]]:
+        kept = partial_indices(len(rows), size, split, flavor)
+        return [rows[i] for i in kept], kept
+
+    positions = list(range(len(test_rows)))
+    if flavor == OPENCOMPASS:
+        test_rows = columns(test_rows, "test")
+        train_rows = test_rows if single else columns(train_rows, "train")
+        test_rows, train_rows, positions = test_rows * n, train_rows * n, positions * n
+        train_rows, _ = keep(train_rows, train_range, "train")
+        test_rows, kept = keep(test_rows, test_range, "test")
+        return test_rows, train_rows, [positions[i] for i in kept]
+    train_rows, _ = keep(train_rows, train_range, "train")
+    test_rows, kept = keep(test_rows, test_range, "test")
+    test_rows, train_rows = columns(test_rows, "test"), columns(train_rows, "train")
+    return (
+        [row for row in test_rows for _ in range(n)],
+        [row for row in train_rows for _ in range(n)],
+        [p for p in kept for _ in range(n)],
+    )
+
+
+def prepared_test_size(
+    total: int, *, n: int = 1, test_range: Any = None, flavor: str = OPENCOMPASS
+) -> int:
+    """How many test rows :func:`prepare_loaded` gives for ``total`` loaded test rows."""
+    if flavor == OPENCOMPASS:
+        return len(partial_indices(total * n, test_range, "test", flavor))
+    return len(partial_indices(total, test_range, "test", flavor)) * n
+
+
 class Dataset:
     """The rows a retriever works on: ``test`` rows to build prompts for and ``train`` rows to
     draw in-context examples from (it stands in for the reference ``BaseDataset``/``reader``).
@@ -359,6 +447,44 @@ class Dataset:
             train_range=train_range,
             test_range=test_range,
         )
+
+    @classmethod
+    def from_loaded(
+        cls,
+        test: Any,
+        train: Any = None,
+        input_columns: Sequence[str] | str | None = None,
+        output_column: str | None = None,
+        flavor: str | None = None,
+        *,
+        abbr: str = "dataset",
+        n: int = 1,
+        train_range: Any = None,
+        test_range: Any = None,
+        train_split: str = "train",
+        test_split: str = "test",
+    ) -> Dataset:
+        """From the rows a dataset's ``load()`` returned (``train=None``: one split for both),
+        prepared as the framework's ``BaseDataset`` and ``DatasetReader`` prepare them:
+        ``subdivision``/``idx`` columns, ``n``-fold repetition and the ranges
+        (:func:`prepare_loaded`)."""
+        flavor = cls._flavor if flavor is None else flavor
+        test_rows = _rows_of(test, "test")
+        train_rows = None if train is None else _rows_of(train, "train")
+        test_rows, train_rows, positions = prepare_loaded(
+            test_rows,
+            train_rows,
+            abbr=abbr,
+            n=n,
+            train_range=train_range,
+            test_range=test_range,
+            flavor=flavor,
+            train_split=train_split,
+            test_split=test_split,
+        )
+        self = cls(test_rows, train_rows, input_columns, output_column, flavor)
+        self.test_indices = positions
+        return self
 
     @classmethod
     def coerce(cls, dataset: Any, flavor: str | None = None) -> Dataset:
