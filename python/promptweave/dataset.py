@@ -95,8 +95,8 @@ class RenderResult:
         messages: with a chat template, the chat messages each prompt was rendered from
             (``None`` otherwise).
         test_indices: per rendered row, its position in the test rows given to
-            :meth:`~DatasetRenderer.render` (they differ from ``0, 1, 2, ...`` under the reader
-            config's ``test_range``).
+            :meth:`~DatasetRenderer.render` (with ``loaded=True`` the reader config's
+            ``test_range`` selects rows and the dataset's ``n`` repeats them).
     """
 
     prompts: list[Any]

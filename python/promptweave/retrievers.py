@@ -360,11 +360,13 @@ class Dataset:
                 train_rows[i]
                 for i in partial_indices(len(train_rows), train_range, "train", flavor)
             ]
-        kept = partial_indices(len(test_rows), test_range, "test", flavor)
+        kept = None
         if test_range is not None:
+            kept = partial_indices(len(test_rows), test_range, "test", flavor)
             test_rows = [test_rows[i] for i in kept]
         self._set(flavor, test_rows, train_rows, input_columns, output_column)
-        self.test_indices = kept
+        if kept is not None:
+            self.test_indices = kept
 
     def _set(
         self,
