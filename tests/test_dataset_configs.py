@@ -1092,7 +1092,7 @@ def test_dataset_ranges_like_the_reader(fw: str, reference: dict[str, Any]) -> N
             ),
             (
                 make_ref_dataset(M, test, None, reader),
-                Dataset.from_rows(test, train_range=train_range, test_range=test_range),
+                Dataset(test, None, train_range=train_range, test_range=test_range),
             ),
         ):
             where = (train_range, test_range)

@@ -404,20 +404,9 @@ class Dataset:
         input_columns: Sequence[str] | str | None = None,
         output_column: str | None = None,
         flavor: str | None = None,
-        *,
-        train_range: Any = None,
-        test_range: Any = None,
     ) -> Dataset:
         """One split used as both train and test (a reference ``Dataset`` given to a reader)."""
-        return cls(
-            rows,
-            None,
-            input_columns,
-            output_column,
-            flavor,
-            train_range=train_range,
-            test_range=test_range,
-        )
+        return cls(rows, None, input_columns, output_column, flavor)
 
     @classmethod
     def from_splits(
@@ -428,9 +417,6 @@ class Dataset:
         flavor: str | None = None,
         train_split: str = "train",
         test_split: str = "test",
-        *,
-        train_range: Any = None,
-        test_range: Any = None,
     ) -> Dataset:
         """From a mapping of split name to rows (e.g. a ``datasets.DatasetDict``)."""
         for name in (train_split, test_split):
@@ -440,15 +426,7 @@ class Dataset:
                     f"split {name!r} not found; the splits are {list(splits)}",
                     compat=KeyError,
                 )
-        return cls(
-            splits[test_split],
-            splits[train_split],
-            input_columns,
-            output_column,
-            flavor,
-            train_range=train_range,
-            test_range=test_range,
-        )
+        return cls(splits[test_split], splits[train_split], input_columns, output_column, flavor)
 
     @classmethod
     def from_loaded(

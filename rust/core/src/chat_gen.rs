@@ -140,10 +140,31 @@ pub fn add_filters(env: &mut Environment<'_>) {
     add_iterator_aware(env);
 }
 
-/// The filters that give a generator in Jinja2.
+type Cow<'a> = std::borrow::Cow<'a, str>;
+/// `select` / `reject`.
+type TestFilter = for<'s, 'e, 'x, 't> fn(
+    &'s mut State<'e, 'x>,
+    Value,
+    Option<Cow<'t>>,
+    Rest<ValueOrKwargs>,
+) -> Result<Vec<Value>, Error>;
+/// `selectattr` / `rejectattr`.
+type AttrFilter = for<'s, 'e, 'x, 'a, 't> fn(
+    &'s mut State<'e, 'x>,
+    Value,
+    Cow<'a>,
+    Option<Cow<'t>>,
+    Rest<ValueOrKwargs>,
+) -> Result<Vec<Value>, Error>;
+/// `batch` / `slice`.
+type GroupFilter =
+    for<'s, 'e, 'x> fn(&'s State<'e, 'x>, Value, usize, Option<Value>) -> Result<Value, Error>;
+
+/// The filters that give a generator in Jinja2 (Python's repr names the generator function).
 #[allow(clippy::needless_pass_by_value)] // minijinja passes filter arguments by value
 fn add_generators(env: &mut Environment<'_>) {
     use minijinja::filters;
+    const SELECT: &str = "<generator object select_or_reject";
     env.add_filter(
         "map",
         |state: &mut State, value: Value, args: Rest<ValueOrKwargs>| {
@@ -153,70 +174,44 @@ fn add_generators(env: &mut Environment<'_>) {
             ))
         },
     );
-    env.add_filter(
-        "select",
-        |state: &mut State,
-         value: Value,
-         test: Option<std::borrow::Cow<'_, str>>,
-         args: Rest<ValueOrKwargs>| {
-            Ok::<_, Error>(generator(
-                "<generator object select_or_reject",
-                filters::select(state, value, test, args)?,
-            ))
-        },
-    );
-    env.add_filter(
-        "reject",
-        |state: &mut State,
-         value: Value,
-         test: Option<std::borrow::Cow<'_, str>>,
-         args: Rest<ValueOrKwargs>| {
-            Ok::<_, Error>(generator(
-                "<generator object select_or_reject",
-                filters::reject(state, value, test, args)?,
-            ))
-        },
-    );
-    env.add_filter(
-        "selectattr",
-        |state: &mut State,
-         value: Value,
-         attr: std::borrow::Cow<'_, str>,
-         test: Option<std::borrow::Cow<'_, str>>,
-         args: Rest<ValueOrKwargs>| {
-            Ok::<_, Error>(generator(
-                "<generator object select_or_reject",
-                filters::selectattr(state, value, attr, test, args)?,
-            ))
-        },
-    );
-    env.add_filter(
-        "rejectattr",
-        |state: &mut State,
-         value: Value,
-         attr: std::borrow::Cow<'_, str>,
-         test: Option<std::borrow::Cow<'_, str>>,
-         args: Rest<ValueOrKwargs>| {
-            Ok::<_, Error>(generator(
-                "<generator object select_or_reject",
-                filters::rejectattr(state, value, attr, test, args)?,
-            ))
-        },
-    );
-    env.add_filter(
-        "batch",
-        |state: &State, value: Value, count: usize, fill: Option<Value>| {
-            let out = filters::batch(state, value, count, fill)?;
-            Ok::<_, Error>(generator("<generator object do_batch", items_of(&out)?))
-        },
-    );
-    env.add_filter(
-        "slice",
-        |state: &State, value: Value, count: usize, fill: Option<Value>| {
-            let out = filters::slice(state, value, count, fill)?;
-            Ok::<_, Error>(generator("<generator object do_slice", items_of(&out)?))
-        },
-    );
+    for (name, f) in [
+        ("select", filters::select as TestFilter),
+        ("reject", filters::reject),
+    ] {
+        env.add_filter(
+            name,
+            move |state: &mut State, value: Value, test: Option<Cow<'_>>, args| {
+                Ok::<_, Error>(generator(SELECT, f(state, value, test, args)?))
+            },
+        );
+    }
+    for (name, f) in [
+        ("selectattr", filters::selectattr as AttrFilter),
+        ("rejectattr", filters::rejectattr),
+    ] {
+        env.add_filter(
+            name,
+            move |state: &mut State, value: Value, attr: Cow<'_>, test: Option<Cow<'_>>, args| {
+                Ok::<_, Error>(generator(SELECT, f(state, value, attr, test, args)?))
+            },
+        );
+    }
+    for (name, label, f) in [
+        (
+            "batch",
+            "<generator object do_batch",
+            filters::batch as GroupFilter,
+        ),
+        ("slice", "<generator object do_slice", filters::slice),
+    ] {
+        env.add_filter(
+            name,
+            move |state: &State, value: Value, count: usize, fill: Option<Value>| {
+                let out = f(state, value, count, fill)?;
+                Ok::<_, Error>(generator(label, items_of(&out)?))
+            },
+        );
+    }
     env.add_filter("unique", |state: &State, value: Value, kwargs: Kwargs| {
         let out = filters::unique(state, value, kwargs)?;
         Ok::<_, Error>(generator("<generator object do_unique", items_of(&out)?))
