@@ -463,6 +463,87 @@ def test_random_retrieve_matches_reference(
     assert_same(fw, ours.retrieve, ref.retrieve)
 
 
+RANGES = st.one_of(
+    st.none(),
+    st.integers(-3, 14),
+    st.floats(0.01, 0.99),
+    st.builds(
+        lambda a, b, c: (
+            f"[{'' if a is None else a}:{'' if b is None else b}"
+            + ("" if c is None else f":{c}")
+            + "]"
+        ),
+        st.none() | st.integers(-8, 8),
+        st.none() | st.integers(-8, 8),
+        st.none() | st.sampled_from([1, 2, 3, -1, -2]),
+    ),
+)
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+@SETTINGS
+@given(
+    n_test=st.integers(0, 9),
+    n_train=st.none() | st.integers(0, 9),
+    n=st.integers(1, 3),
+    train_range=RANGES,
+    test_range=RANGES,
+    names=st.sampled_from([("train", "test"), ("dev", "validation")]),
+)
+def test_from_loaded_matches_base_dataset(
+    reference: dict[str, Any],
+    refload: Any,
+    fw: str,
+    n_test: int,
+    n_train: int | None,
+    n: int,
+    train_range: Any,
+    test_range: Any,
+    names: tuple[str, str],
+) -> None:
+    """``Dataset.from_loaded`` keeps, repeats and numbers the rows as the real ``BaseDataset``
+    (its ``DatasetReader`` included) does: one split or two, ranges, ``n``, split names."""
+    from datasets import Dataset as HFDataset
+    from datasets import DatasetDict
+
+    m = reference[fw]
+    test = [{"q": f"q{i}", "a": "x"} for i in range(n_test)]
+    train = None if n_train is None else [{"q": f"t{i}", "a": "y"} for i in range(n_train)]
+    if train is None and names != ("train", "test"):
+        names = ("train", "test")  # one loaded split: the reader names its two copies so
+    if not test or (train is not None and not train):
+        return  # HF cannot type an empty split without columns
+    loaded: Any = HFDataset.from_list(test)
+    if train is not None:
+        loaded = DatasetDict({names[0]: HFDataset.from_list(train), names[1]: loaded})
+    reader = {"input_columns": ["q"], "output_column": "a"}
+    reader.update(train_range=train_range, test_range=test_range)
+    reader.update(train_split=names[0], test_split=names[1])
+    cls = type("Loaded", (refload.base_dataset_class(m),), {"load": staticmethod(lambda: loaded)})
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ref = cls(reader_cfg=reader, abbr="ds", n=n)
+        want: Any = (repr([dict(r) for r in ref.test]), repr([dict(r) for r in ref.train]))
+    except TypeError:
+        want = TypeError  # a float range that is not a fraction: the reference cannot slice
+    try:
+        ours = FLAVORS[fw].Dataset.from_loaded(
+            test,
+            train,
+            abbr="ds",
+            n=n,
+            train_range=train_range,
+            test_range=test_range,
+            train_split=names[0],
+            test_split=names[1],
+        )
+    except TypeError:
+        assert want is TypeError
+        return
+    assert (repr(ours.test), repr(ours.train)) == want
+    assert [test[i]["q"] for i in ours.test_indices] == [r["q"] for r in ours.test]
+
+
 @SETTINGS
 @given(n_train=st.integers(1, 12), n_test=st.integers(0, 12), k=st.integers(-2, 14))
 def test_sliding_window_matches_reference(
