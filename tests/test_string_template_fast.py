@@ -9,6 +9,7 @@ the reference, on both frameworks, and the common ones must stay in Rust.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -111,3 +112,115 @@ def test_plain_rows_stay_in_rust_and_reentrant_values_work(reference: dict[str, 
     long_row = {**_rows()[0], "context": "z" * 200_000}
     assert ours.generate_item(long_row) == ref.generate_item(long_row)
     assert ours.generate_item(_rows()[0]) == ref.generate_item(_rows()[0])
+
+
+# ================================================================ the template's own Rust methods
+
+DIALOGUE = {
+    "begin": "</E>",
+    "round": [
+        {"role": "HUMAN", "prompt": "Q: {question}"},
+        {"role": "BOT", "prompt": "A: {answer}"},
+    ],
+}
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_installed_methods_equal_the_class_methods(reference: dict[str, Any], fw: str) -> None:
+    """``generate_item`` / ``generate_ice_item`` of a template are Rust methods of the instance
+    (no Python frame per row), with the reference's signature and defaults; each call equals
+    the class method's and the reference's, the pure-Python cases (non-dict rows, lone
+    surrogates, FORCE_PYTHON) included."""
+    for template, ice_token in ((TEMPLATE, None), (DIALOGUE, "</E>")):
+        ours = OURS[fw].PromptTemplate(template, ice_token=ice_token)
+        ref = reference[fw].PromptTemplate(template, ice_token=ice_token)
+        assert type(ours.generate_item).__name__ == "builtin_function_or_method"
+        assert type(ours.generate_ice_item).__name__ == "builtin_function_or_method"
+        cls = type(ours)
+        ice = ref_ice = ""
+        if ice_token:
+            ice = ours.generate_ice_item({"question": "q0", "answer": "a0"}, "a0")
+            ref_ice = ref.generate_ice_item({"question": "q0", "answer": "a0"}, "a0")
+            assert repr(ice) == repr(ref_ice)
+        for row in [*_rows(), {"question": "q", "answer": "a"}]:
+            calls = [
+                ((row,), {}),
+                ((row, "answer"), {}),
+                ((row,), {"output_field": "answer", "output_field_replace_token": None}),
+                ((row, "answer", "<m>", ice), {}),
+            ]
+            for args, kw in calls:
+                ref_args = tuple(ref_ice if a is ice and ice_token else a for a in args)
+                got = _outcome(partial(ours.generate_item, *args, **kw))
+                assert got == _outcome(partial(cls.generate_item, ours, *args, **kw))
+                want = _outcome(partial(ref.generate_item, *ref_args, **kw))
+                if want[0] == "ok":
+                    assert got == want, (row, args, kw)
+                else:
+                    assert got[0] == "error", (row, args, kw)
+                    assert issubclass(got[1], want[1]), (row, got, want)
+            got = _outcome(partial(ours.generate_ice_item, row, "A"))
+            want = _outcome(partial(ref.generate_ice_item, row, "A"))
+            if want[0] == "ok":
+                assert got == want, row
+            else:
+                assert got[0] == "error", row
+                assert issubclass(got[1], want[1]), (row, got, want)
+        # a mapping that is not a dict, and everything under FORCE_PYTHON: the Python methods
+        fallbacks = _backend.fallbacks
+        proxy = type("Row", (dict,), {})(question="p", answer="x")
+        assert ours.generate_item(proxy) == ref.generate_item(proxy)
+        assert _backend.fallbacks == fallbacks + 1
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_backend, "FORCE_PYTHON", True)
+            assert ours.generate_item({"question": "f"}) == ref.generate_item({"question": "f"})
+        assert _backend.fallbacks == fallbacks + 2
+    with pytest.raises(TypeError, match="entry"):
+        ours.generate_item()
+
+
+def test_a_subclass_keeps_its_override() -> None:
+    class Shouting(promptweave.opencompass.PromptTemplate):
+        def generate_item(self, entry: Any, *args: Any, **kw: Any) -> Any:
+            return super().generate_item(entry, *args, **kw).upper()
+
+    t = Shouting("q: {question}")
+    assert "generate_item" not in t.__dict__
+    assert "generate_ice_item" in t.__dict__
+    assert t.generate_item({"question": "why"}) == "Q: WHY"
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_attributes_set_after_construction_are_rendered(reference: dict[str, Any], fw: str) -> None:
+    """The reference reads ``template``, ``ice_token``, ``sep_token`` at every call: setting one
+    renders with the new value (the template is compiled again)."""
+    ours = OURS[fw].PromptTemplate("Q: {question}</E>", ice_token=None)
+    ref = reference[fw].PromptTemplate("Q: {question}</E>", ice_token=None)
+    row = {"question": "why", "answer": "A"}
+    steps: list[tuple[str, Any]] = [
+        ("template", "Other {question} <SEP> {answer}</E>"),
+        ("sep_token", "<SEP>"),
+        ("ice_token", "</E>"),
+        ("template", DIALOGUE),
+        ("template", 42),  # the reference fails at the call, not at the assignment
+        ("template", "back: {question}"),
+    ]
+    for name, value in steps:
+        setattr(ours, name, value)
+        setattr(ref, name, value)
+        for call in (
+            lambda t: t.generate_item(dict(row), "answer", "", "[ICE]"),
+            lambda t: t.generate_ice_item(dict(row), "A"),
+            lambda t: t.generate_label_prompt_item(dict(row), "[ICE]", "A"),
+        ):
+            got, want = _outcome(lambda c=call: c(ours)), _outcome(lambda c=call: c(ref))
+            if want[0] == "ok":
+                assert got == want, (name, value)
+            else:
+                assert got[0] == "error", (name, value, got, want)
+                assert issubclass(got[1], want[1]), (name, value, got, want)
+    import copy
+    import pickle
+
+    for clone in (copy.copy(ours), copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
+        assert clone.generate_item(dict(row)) == ref.generate_item(dict(row))

@@ -76,6 +76,22 @@ class LmParse:
     def __new__(cls, parser: Any, meta: MetaTemplate | None, prompt_list: type[Any]) -> LmParse: ...
     def parse_template(self, prompt_template: Any, mode: Any) -> Any: ...
 
+@final
+class TemplateMethods:
+    """``PromptTemplate.generate_item`` / ``generate_ice_item`` rendered by a compiled template,
+    installed on the template as its own methods; what the core does not model goes to the
+    template's ``_generate_item_python`` / ``_generate_ice_item_python``."""
+
+    def __new__(cls, template: Any, compiled: CompiledTemplate) -> TemplateMethods: ...
+    def generate_item(
+        self,
+        entry: Any,
+        output_field: Any = None,
+        output_field_replace_token: Any = "",
+        ice_field_replace_token: Any = "",
+    ) -> Any: ...
+    def generate_ice_item(self, entry: Any, label: Any) -> Any: ...
+
 def render_dataset(
     template: CompiledTemplate,
     ice_template: CompiledTemplate | None,

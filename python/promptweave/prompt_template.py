@@ -185,6 +185,42 @@ class PromptTemplate(BasePromptTemplate):
         self._check_template_legacy()
         self._compile()
 
+    #: the attributes the compiled template is made from: setting one after construction
+    #: compiles the template again (the reference reads them at every call)
+    _COMPILED_FROM: ClassVar[frozenset[str]] = frozenset(
+        {"template", "ice_token", "sep_token", "substitution", "prompt_type"}
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in self._COMPILED_FROM and "_compiled" in self.__dict__:
+            self._recompile()
+
+    def _recompile(self) -> None:
+        """Compile the template again from its attributes; one the core cannot take is left
+        to the pure-Python path (which raises the reference's error when it is used)."""
+        try:
+            self._compile()
+        except Exception:
+            object.__setattr__(self, "_compiled", None)
+            self._install_fast_methods()
+
+    def _install_fast_methods(self) -> None:
+        """Make Rust methods this instance's ``generate_item`` and ``generate_ice_item``, so
+        that a per-row call goes straight into Rust, without a Python frame: they render with
+        the compiled template and hand what it does not model to the Python methods below. A
+        subclass that overrides one keeps its override."""
+        for name in ("generate_item", "generate_ice_item"):
+            self.__dict__.pop(name, None)
+        if self._compiled is None:
+            return
+        methods = _core.TemplateMethods(self, self._compiled)
+        cls = type(self)
+        if cls.generate_item is PromptTemplate.generate_item:
+            self.__dict__["generate_item"] = methods.generate_item
+        if cls.generate_ice_item is PromptTemplate.generate_ice_item:
+            self.__dict__["generate_ice_item"] = methods.generate_ice_item
+
     def _compile(self) -> None:
         self._labels: dict[Hashable, int] = {}
         if isinstance(self.template, dict) and self.prompt_type == "origin":
@@ -201,6 +237,7 @@ class PromptTemplate(BasePromptTemplate):
             )
         except _core.FallbackRequired:
             self._compiled = None
+        self._install_fast_methods()
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -208,15 +245,23 @@ class PromptTemplate(BasePromptTemplate):
             "ice_token": self.ice_token,
             "sep_token": self.sep_token,
             "substitution": self.substitution,
+            "prompt_type": self.prompt_type,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(  # type: ignore[misc]
-            state["template"],
-            state["ice_token"],
-            state["sep_token"],
-            substitution=state["substitution"],
-        )
+        if "prompt_type" not in state:  # pickled by an earlier version
+            self.__init__(  # type: ignore[misc]
+                state["template"],
+                state["ice_token"],
+                state["sep_token"],
+                substitution=state["substitution"],
+            )
+            return
+        # the attributes as they are (set after construction, too: not checked again, as a
+        # copy of the reference's template is not), then compiled
+        for name in ("template", "ice_token", "sep_token", "substitution", "prompt_type"):
+            object.__setattr__(self, name, state[name])
+        self._recompile()
 
     # ------------------------------------------------------------------ rendering
     # Each method tries the Rust core (which resolves the label, renders and returns the
@@ -240,6 +285,9 @@ class PromptTemplate(BasePromptTemplate):
                 return compiled.ice_item(entry, label)
             except _core.FallbackRequired:
                 pass
+        return self._generate_ice_item_python(entry, label)
+
+    def _generate_ice_item_python(self, entry: Mapping[str, Any], label: Hashable) -> Any:
         _backend.note_fallback()
         return _fallback.generate_ice_item(self, entry, label)
 
@@ -276,6 +324,17 @@ class PromptTemplate(BasePromptTemplate):
                 )
             except _core.FallbackRequired:
                 pass
+        return self._generate_item_python(
+            entry, output_field, output_field_replace_token, ice_field_replace_token
+        )
+
+    def _generate_item_python(
+        self,
+        entry: Mapping[str, Any],
+        output_field: Hashable | None,
+        output_field_replace_token: Any,
+        ice_field_replace_token: Any,
+    ) -> Any:
         _backend.note_fallback()
         return _fallback.generate_item(
             self, entry, output_field, output_field_replace_token, ice_field_replace_token

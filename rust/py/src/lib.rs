@@ -28,7 +28,7 @@ mod _core {
     #[pymodule_export]
     use crate::meta::{PyLmParse, PyMetaTemplate};
     #[pymodule_export]
-    use crate::template::PyCompiledTemplate;
+    use crate::template::{PyCompiledTemplate, PyTemplateMethods};
 
     use pyo3::prelude::*;
 

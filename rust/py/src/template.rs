@@ -542,3 +542,112 @@ impl PyCompiledTemplate {
         }
     }
 }
+
+/// A `PromptTemplate`'s `generate_item` and `generate_ice_item` as Rust methods, which the
+/// Python template takes as its own (a per-row call then runs no Python frame): the compiled
+/// template renders, and what it does not model (or everything, under `FORCE_PYTHON`) goes to
+/// the template's pure-Python methods (`_generate_item_python`, `_generate_ice_item_python`).
+#[pyclass(name = "TemplateMethods", module = "promptweave._core", frozen)]
+pub(crate) struct PyTemplateMethods {
+    /// the Python template, held strongly (reported to the garbage collector, which frees the
+    /// cycle through the template's instance dict)
+    template: Py<PyAny>,
+    compiled: Py<PyCompiledTemplate>,
+    /// the namespace of `promptweave._backend`, whose `FORCE_PYTHON` is read on every call
+    backend: Py<PyDict>,
+}
+
+impl PyTemplateMethods {
+    fn force_python(&self, py: Python<'_>) -> PyResult<bool> {
+        let force = self
+            .backend
+            .bind(py)
+            .get_item(pyo3::intern!(py, "FORCE_PYTHON"))?;
+        Ok(force.map(|f| f.is_truthy()).transpose()? == Some(true))
+    }
+
+    /// `rendered`, or the Python method `name` with `args` when the core gave up.
+    fn or_python<'py, A: pyo3::call::PyCallArgs<'py>>(
+        &self,
+        py: Python<'py>,
+        rendered: Option<PyResult<Bound<'py, PyAny>>>,
+        name: &Bound<'py, PyString>,
+        args: A,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match rendered {
+            Some(Err(e)) if !e.is_instance_of::<crate::errors::FallbackRequired>(py) => Err(e),
+            Some(Ok(out)) => Ok(out),
+            _ => self.template.bind(py).call_method1(name, args),
+        }
+    }
+}
+
+/// `''`, the default replacement tokens of `generate_item`.
+fn empty_token() -> Py<PyAny> {
+    Python::attach(|py| pyo3::intern!(py, "").clone().into_any().unbind())
+}
+
+#[pymethods]
+impl PyTemplateMethods {
+    #[new]
+    fn py_new(template: &Bound<'_, PyAny>, compiled: Py<PyCompiledTemplate>) -> PyResult<Self> {
+        let py = template.py();
+        Ok(Self {
+            template: template.clone().unbind(),
+            compiled,
+            backend: py.import("promptweave._backend")?.dict().unbind(),
+        })
+    }
+
+    // PyO3 hands the visitor over by value
+    #[allow(clippy::needless_pass_by_value)]
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.template)?;
+        visit.call(&self.compiled)?;
+        visit.call(&self.backend)
+    }
+
+    /// `PromptTemplate.generate_item`, with its signature and defaults.
+    // PyO3 hands a defaulted argument over by value
+    #[allow(clippy::needless_pass_by_value)]
+    #[pyo3(
+        signature = (entry, output_field=None, output_field_replace_token=empty_token(), ice_field_replace_token=empty_token()),
+        text_signature = "($self, entry, output_field=None, output_field_replace_token='', ice_field_replace_token='')"
+    )]
+    fn generate_item<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &Bound<'py, PyAny>,
+        output_field: Option<&Bound<'py, PyAny>>,
+        output_field_replace_token: Py<PyAny>,
+        ice_field_replace_token: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (token, ice) = (
+            output_field_replace_token.bind(py),
+            ice_field_replace_token.bind(py),
+        );
+        let rendered = if self.force_python(py)? {
+            None
+        } else {
+            Some(self.compiled.get().item(entry, output_field, token, ice))
+        };
+        let name = pyo3::intern!(py, "_generate_item_python");
+        self.or_python(py, rendered, name, (entry, output_field, token, ice))
+    }
+
+    /// `PromptTemplate.generate_ice_item`.
+    fn generate_ice_item<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &Bound<'py, PyAny>,
+        label: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let rendered = if self.force_python(py)? {
+            None
+        } else {
+            Some(self.compiled.get().ice_item(entry, label))
+        };
+        let name = pyo3::intern!(py, "_generate_ice_item_python");
+        self.or_python(py, rendered, name, (entry, label))
+    }
+}
