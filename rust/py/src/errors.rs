@@ -44,3 +44,28 @@ pub(crate) fn marker_error(err: &promptweave_core::Error) -> PyErr {
 pub(crate) fn unsupported(what: &str) -> PyErr {
     FallbackRequired::new_err(format!("unsupported input: {what}"))
 }
+
+/// The namespace of `promptweave._backend`, whose `FORCE_PYTHON` the Rust methods installed on
+/// Python objects read on every call (tests switch it after the objects are built).
+pub(crate) struct Backend(pyo3::Py<pyo3::types::PyDict>);
+
+impl Backend {
+    pub(crate) fn import(py: pyo3::Python<'_>) -> pyo3::PyResult<Self> {
+        use pyo3::types::PyModuleMethods;
+        Ok(Self(py.import("promptweave._backend")?.dict().unbind()))
+    }
+
+    /// Whether everything must take the pure-Python path.
+    pub(crate) fn force_python(&self, py: pyo3::Python<'_>) -> pyo3::PyResult<bool> {
+        use pyo3::types::{PyAnyMethods, PyDictMethods};
+        let force = self
+            .0
+            .bind(py)
+            .get_item(pyo3::intern!(py, "FORCE_PYTHON"))?;
+        Ok(force.map(|f| f.is_truthy()).transpose()? == Some(true))
+    }
+
+    pub(crate) fn visit(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.0)
+    }
+}

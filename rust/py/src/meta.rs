@@ -8,7 +8,7 @@ use pyo3::{PyTraverseError, PyVisit, intern};
 use promptweave_core::{Flavor, MetaEntry, MetaTemplate, Mode, RoleSpec};
 
 use crate::convert::InputItems;
-use crate::errors::{FallbackRequired, to_py_err, unsupported};
+use crate::errors::{Backend, FallbackRequired, to_py_err, unsupported};
 
 /// A compiled meta template.
 #[pyclass(frozen, name = "MetaTemplate", module = "promptweave._core")]
@@ -161,9 +161,7 @@ pub(crate) struct PyLmParse {
     parser: Py<PyAny>,
     meta: Option<Py<PyMetaTemplate>>,
     prompt_list: Py<PyAny>,
-    /// the namespace of `promptweave._backend`, whose `FORCE_PYTHON` is read on every call
-    /// (tests switch it after the parsers are built)
-    backend: Py<PyDict>,
+    backend: Backend,
 }
 
 impl PyLmParse {
@@ -188,11 +186,7 @@ impl PyLmParse {
         if !prompt_template.get_type().is(self.prompt_list.bind(py)) {
             return Ok(None);
         }
-        let force = self
-            .backend
-            .bind(py)
-            .get_item(intern!(py, "FORCE_PYTHON"))?;
-        if force.map(|f| f.is_truthy()).transpose()? == Some(true) {
+        if self.backend.force_python(py)? {
             return Ok(None);
         }
         match meta
@@ -221,7 +215,7 @@ impl PyLmParse {
             parser: parser.clone().unbind(),
             meta,
             prompt_list,
-            backend: py.import("promptweave._backend")?.dict().unbind(),
+            backend: Backend::import(py)?,
         })
     }
 
@@ -233,7 +227,7 @@ impl PyLmParse {
             visit.call(meta)?;
         }
         visit.call(&self.prompt_list)?;
-        visit.call(&self.backend)
+        self.backend.visit(&visit)
     }
 
     fn parse_template<'py>(

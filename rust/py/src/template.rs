@@ -12,7 +12,7 @@ use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Render
 use crate::convert::{
     InputItems, Raw, RowStrings, Sources, Strs, empty_list, is_plain_value, items_to_py, raw_item,
 };
-use crate::errors::{to_py_err, unsupported};
+use crate::errors::{Backend, to_py_err, unsupported};
 use crate::joined::JoinedTemplate;
 
 /// A compiled prompt template (string, dialogue or label dict).
@@ -553,19 +553,10 @@ pub(crate) struct PyTemplateMethods {
     /// cycle through the template's instance dict)
     template: Py<PyAny>,
     compiled: Py<PyCompiledTemplate>,
-    /// the namespace of `promptweave._backend`, whose `FORCE_PYTHON` is read on every call
-    backend: Py<PyDict>,
+    backend: Backend,
 }
 
 impl PyTemplateMethods {
-    fn force_python(&self, py: Python<'_>) -> PyResult<bool> {
-        let force = self
-            .backend
-            .bind(py)
-            .get_item(pyo3::intern!(py, "FORCE_PYTHON"))?;
-        Ok(force.map(|f| f.is_truthy()).transpose()? == Some(true))
-    }
-
     /// `rendered`, or the Python method `name` with `args` when the core gave up.
     fn or_python<'py, A: pyo3::call::PyCallArgs<'py>>(
         &self,
@@ -595,7 +586,7 @@ impl PyTemplateMethods {
         Ok(Self {
             template: template.clone().unbind(),
             compiled,
-            backend: py.import("promptweave._backend")?.dict().unbind(),
+            backend: Backend::import(py)?,
         })
     }
 
@@ -604,7 +595,7 @@ impl PyTemplateMethods {
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         visit.call(&self.template)?;
         visit.call(&self.compiled)?;
-        visit.call(&self.backend)
+        self.backend.visit(&visit)
     }
 
     /// `PromptTemplate.generate_item`, with its signature and defaults.
@@ -626,7 +617,7 @@ impl PyTemplateMethods {
             output_field_replace_token.bind(py),
             ice_field_replace_token.bind(py),
         );
-        let rendered = if self.force_python(py)? {
+        let rendered = if self.backend.force_python(py)? {
             None
         } else {
             Some(self.compiled.get().item(entry, output_field, token, ice))
@@ -642,7 +633,7 @@ impl PyTemplateMethods {
         entry: &Bound<'py, PyAny>,
         label: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let rendered = if self.force_python(py)? {
+        let rendered = if self.backend.force_python(py)? {
             None
         } else {
             Some(self.compiled.get().ice_item(entry, label))
