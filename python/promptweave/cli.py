@@ -598,7 +598,7 @@ def prompt_sha256(prompt: Any) -> str:
 def _records(
     result: Any, progress: Callable[[int], None] | None = None
 ) -> Iterator[dict[str, Any]]:
-    rows = result.test_indices or range(len(result.prompts))
+    rows = result.test_indices
     for i, (prompt, ice) in enumerate(zip(result.prompts, result.ice_indices, strict=True)):
         if progress is not None and i and not i % 1024:
             progress(1024)
@@ -894,7 +894,7 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
         f"  {r.flavor} · {result.mode} mode · {retriever} · {kind} · meta template: {job.model}"
         f" · {job.describe_rows()}"
     )
-    rows = result.test_indices or range(len(result.prompts))
+    rows = result.test_indices
     for i, prompt in enumerate(result.prompts):
         ice = result.ice_indices[i]
         row = rows[i]

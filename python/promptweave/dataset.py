@@ -95,8 +95,9 @@ class RenderResult:
         messages: with a chat template, the chat messages each prompt was rendered from
             (``None`` otherwise).
         test_indices: per rendered row, its position in the test rows given to
-            :meth:`~DatasetRenderer.render` (with ``loaded=True`` the reader config's
-            ``test_range`` selects rows and the dataset's ``n`` repeats them).
+            :meth:`~DatasetRenderer.render`: ``range(len(prompts))`` for rows used as given; a
+            list with ``loaded=True`` (the reader config's ``test_range`` selects rows and the
+            dataset's ``n`` repeats them).
     """
 
     prompts: list[Any]
@@ -107,7 +108,7 @@ class RenderResult:
     rust_rows: int = 0
     infer_mode: str | None = None
     messages: list[Any] | None = None
-    test_indices: list[int] = field(default_factory=list)
+    test_indices: Sequence[int] = ()
 
 
 class _Rendered(NamedTuple):
@@ -536,7 +537,7 @@ class DatasetRenderer:
             rust_rows,
             infer_mode=self.infer_mode,
             messages=messages,
-            test_indices=list(test_indices),
+            test_indices=test_indices,
         )
 
     def _apply_chat_template(self, prompts: list[Any]) -> tuple[list[Any], list[Any]]:
