@@ -224,3 +224,14 @@ def test_attributes_set_after_construction_are_rendered(reference: dict[str, Any
 
     for clone in (copy.copy(ours), copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
         assert clone.generate_item(dict(row)) == ref.generate_item(dict(row))
+
+
+def test_templates_with_installed_methods_are_collected() -> None:
+    """The installed methods hold their template (a cycle through its instance dict), which
+    the garbage collector frees."""
+    import gc
+    import weakref
+
+    refs = [weakref.ref(promptweave.opencompass.PromptTemplate(f"Q: {{q}} {i}")) for i in range(50)]
+    gc.collect()
+    assert not [r for r in refs if r() is not None]
