@@ -221,6 +221,17 @@ def partial_indices(
     )
 
 
+def _keep(
+    rows: list[Row], size: Any, split: str, flavor: str
+) -> tuple[list[Row], list[int] | None]:
+    """The rows of ``split`` that its range ``size`` keeps, and their positions (``None``,
+    and the rows as they are, without a range)."""
+    if size is None:
+        return rows, None
+    kept = partial_indices(len(rows), size, split, flavor)
+    return [rows[i] for i in kept], kept
+
+
 def prepare_loaded(
     test: Sequence[Row],
     train: Sequence[Row] | None = None,
@@ -276,25 +287,22 @@ def prepare_loaded(
             name = f"{abbr}_{split}"
         return [{**row, "subdivision": name, "idx": i} for i, row in enumerate(rows)]
 
-    def keep(rows: list[Row], size: Any, split: str) -> tuple[list[Row], list[int]]:
-        kept = partial_indices(len(rows), size, split, flavor)
-        return [rows[i] for i in kept], kept
-
-    positions = list(range(len(test_rows)))
     if flavor == OPENCOMPASS:
+        positions = list(range(len(test_rows))) * n
         test_rows = columns(test_rows, "test")
         train_rows = test_rows if single else columns(train_rows, "train")
-        test_rows, train_rows, positions = test_rows * n, train_rows * n, positions * n
-        train_rows, _ = keep(train_rows, train_range, "train")
-        test_rows, kept = keep(test_rows, test_range, "test")
-        return test_rows, train_rows, [positions[i] for i in kept]
-    train_rows, _ = keep(train_rows, train_range, "train")
-    test_rows, kept = keep(test_rows, test_range, "test")
+        test_rows, train_rows = test_rows * n, train_rows * n
+        train_rows, _ = _keep(train_rows, train_range, "train", flavor)
+        test_rows, kept = _keep(test_rows, test_range, "test", flavor)
+        return test_rows, train_rows, positions if kept is None else [positions[i] for i in kept]
+    train_rows, _ = _keep(train_rows, train_range, "train", flavor)
+    test_rows, kept = _keep(test_rows, test_range, "test", flavor)
+    positions = list(range(len(test_rows))) if kept is None else kept
     test_rows, train_rows = columns(test_rows, "test"), columns(train_rows, "train")
     return (
         [row for row in test_rows for _ in range(n)],
         [row for row in train_rows for _ in range(n)],
-        [p for p in kept for _ in range(n)],
+        [p for p in positions for _ in range(n)],
     )
 
 
@@ -334,7 +342,7 @@ class Dataset:
 
     _flavor: ClassVar[str] = OPENCOMPASS
     #: the test rows' positions in the test split given (they differ under a ``test_range``)
-    test_indices: list[int]
+    test_indices: Sequence[int]
 
     def __init__(
         self,
@@ -347,26 +355,25 @@ class Dataset:
         train_range: Any = None,
         test_range: Any = None,
     ) -> None:
-        flavor = self._flavor if flavor is None else flavor
+        flavor = self._flavor_of(flavor)
+        test_rows = _rows_of(test, "test")
+        train_rows = list(test_rows) if train is None else _rows_of(train, "train")
+        # the train split first, as the reference reader takes them
+        train_rows, _ = _keep(train_rows, train_range, "train", flavor)
+        test_rows, kept = _keep(test_rows, test_range, "test", flavor)
+        self._set(flavor, test_rows, train_rows, input_columns, output_column)
+        if kept is not None:
+            self.test_indices = kept
+
+    @classmethod
+    def _flavor_of(cls, flavor: str | None) -> str:
+        """``flavor``, checked (``None``: the class's)."""
+        flavor = cls._flavor if flavor is None else flavor
         if flavor not in (OPENCOMPASS, AISBENCH):
             raise make_error(
                 RetrieverError, f"flavor must be {OPENCOMPASS!r} or {AISBENCH!r}, got {flavor!r}"
             )
-        test_rows = _rows_of(test, "test")
-        train_rows = list(test_rows) if train is None else _rows_of(train, "train")
-        # the train split first, as the reference reader takes them
-        if train_range is not None:
-            train_rows = [
-                train_rows[i]
-                for i in partial_indices(len(train_rows), train_range, "train", flavor)
-            ]
-        kept = None
-        if test_range is not None:
-            kept = partial_indices(len(test_rows), test_range, "test", flavor)
-            test_rows = [test_rows[i] for i in kept]
-        self._set(flavor, test_rows, train_rows, input_columns, output_column)
-        if kept is not None:
-            self.test_indices = kept
+        return flavor
 
     def _set(
         self,
@@ -379,7 +386,7 @@ class Dataset:
         self.flavor = flavor
         self.test: list[Row] = test
         self.train: list[Row] = train
-        self.test_indices = list(range(len(test)))
+        self.test_indices = range(len(test))
         self.output_column: str | None = self._check_output_column(output_column)
         self.input_columns: list[str] = self._check_input_columns(input_columns)
 
@@ -390,11 +397,14 @@ class Dataset:
         train: list[Row],
         input_columns: Sequence[str] | str | None = None,
         output_column: str | None = None,
+        flavor: str | None = None,
     ) -> Dataset:
         """Over rows ``_rows_of`` already gave (plain dicts, kept as they are: not checked a
         second time, which costs a pass over every row)."""
         self = cls.__new__(cls)
-        self._set(cls._flavor, test, train, input_columns, output_column)
+        self._set(
+            cls._flavor if flavor is None else flavor, test, train, input_columns, output_column
+        )
         return self
 
     @classmethod
@@ -448,7 +458,7 @@ class Dataset:
         prepared as the framework's ``BaseDataset`` and ``DatasetReader`` prepare them:
         ``subdivision``/``idx`` columns, ``n``-fold repetition and the ranges
         (:func:`prepare_loaded`)."""
-        flavor = cls._flavor if flavor is None else flavor
+        flavor = cls._flavor_of(flavor)
         test_rows = _rows_of(test, "test")
         train_rows = None if train is None else _rows_of(train, "train")
         test_rows, train_rows, positions = prepare_loaded(
@@ -462,7 +472,8 @@ class Dataset:
             train_split=train_split,
             test_split=test_split,
         )
-        self = cls(test_rows, train_rows, input_columns, output_column, flavor)
+        # the prepared rows are new dicts already: not copied again
+        self = cls._of_rows(test_rows, train_rows, input_columns, output_column, flavor)
         self.test_indices = positions
         return self
 
