@@ -69,6 +69,42 @@ def import_refload() -> ModuleType:
     return importlib.import_module("refload")
 
 
+def hf_loaded(
+    test: list[dict[str, Any]],
+    train: list[dict[str, Any]] | None = None,
+    names: tuple[str, str] = ("train", "test"),
+) -> Any:
+    """Rows as a dataset's ``load()`` returns them: one HuggingFace ``Dataset`` (``train`` is
+    ``None``), or a ``DatasetDict`` of the train and test splits under ``names``."""
+    from datasets import Dataset, DatasetDict
+
+    def hf(rows: list[dict[str, Any]]) -> Any:
+        return Dataset.from_list([dict(r) for r in rows])
+
+    if train is None:
+        return hf(test)
+    return DatasetDict({names[0]: hf(train), names[1]: hf(test)})
+
+
+def reference_base_dataset(
+    M: Any,
+    test: list[dict[str, Any]],
+    train: list[dict[str, Any]] | None,
+    reader_cfg: dict[str, Any],
+    *,
+    abbr: str = "dataset",
+    n: int = 1,
+) -> Any:
+    """The framework ``M``'s real ``BaseDataset`` (``refload.base_dataset_class``) whose
+    ``load()`` returns :func:`hf_loaded` of the rows (split names from the reader config), with
+    the whole reader config (its ranges too), ``abbr`` and ``n``."""
+    names = (reader_cfg.get("train_split", "train"), reader_cfg.get("test_split", "test"))
+    data = hf_loaded(test, train, names)
+    base = import_refload().base_dataset_class(M)
+    cls = type("LoadedDS", (base,), {"load": staticmethod(lambda **kw: data)})
+    return cls(reader_cfg=copy.deepcopy(reader_cfg), abbr=abbr, n=n)
+
+
 def selftest_enabled() -> bool:
     return os.environ.get(SELFTEST_ENV, "") not in ("", "0")
 

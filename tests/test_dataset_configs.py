@@ -435,15 +435,10 @@ def make_ref_dataset(
 ) -> Any:
     """What ``refload.make_dataset`` builds (the framework's own ``DatasetReader`` over a
     HuggingFace ``DatasetDict``; a single ``Dataset`` when ``test`` is ``None``), with the
-    reader config's ``train_range`` / ``test_range`` too (none given: the rows as they are)."""
+    reader config's ``train_range`` / ``test_range`` too, which it does not take."""
     import types
 
-    from datasets import Dataset, DatasetDict
-
-    def hf(rows: list[dict[str, Any]]) -> Any:
-        return Dataset.from_list([dict(r) for r in rows])
-
-    data = hf(train) if test is None else DatasetDict({"train": hf(train), "test": hf(test)})
+    data = _golden_ns.hf_loaded(train) if test is None else _golden_ns.hf_loaded(test, train)
     input_columns = copy.deepcopy(reader.get("input_columns"))
     output_column = reader.get("output_column")
     if input_columns is None:
@@ -458,32 +453,6 @@ def make_ref_dataset(
     return types.SimpleNamespace(
         reader=r, train=r.dataset["train"], test=r.dataset["test"], abbr="dataset"
     )
-
-
-def make_ref_base_dataset(
-    M: Any,
-    train: list[dict[str, Any]] | None,
-    test: list[dict[str, Any]],
-    reader: dict[str, Any],
-    abbr: str,
-    n: int,
-) -> Any:
-    """The framework's real ``BaseDataset`` (``refload.base_dataset_class``) whose ``load()``
-    returns ``test`` as a ``Dataset`` (``train=None``) or ``{'train', 'test'}`` as a
-    ``DatasetDict``, with the whole reader config (its ranges too), ``abbr`` and ``n``."""
-    from datasets import Dataset, DatasetDict
-
-    def hf(rows: list[dict[str, Any]]) -> Any:
-        return Dataset.from_list([dict(r) for r in rows])
-
-    names = (reader.get("train_split", "train"), reader.get("test_split", "test"))
-    if train is None:
-        data = hf(test)
-    else:
-        data = DatasetDict({names[0]: hf(train), names[1]: hf(test)})
-    base = _refload().base_dataset_class(M)
-    cls = type("LoadedDS", (base,), {"load": staticmethod(lambda **kw: data)})
-    return cls(reader_cfg=copy.deepcopy(reader), abbr=abbr, n=n)
 
 
 class RefPipeline:
@@ -504,11 +473,16 @@ class RefPipeline:
         with contextlib.redirect_stderr(io.StringIO()):
             if loaded is None:
                 # the rows as the templates see them: a reader with the columns only
-                columns = {k: reader.get(k) for k in ("input_columns", "output_column")}
-                self.dataset = make_ref_dataset(M, rows.train, rows.test, columns)
+                self.dataset = _refload().make_dataset(
+                    M,
+                    rows.train,
+                    rows.test,
+                    copy.deepcopy(reader.get("input_columns")),
+                    reader.get("output_column"),
+                )
             else:
-                self.dataset = make_ref_base_dataset(
-                    M, loaded.get("train", rows.train), rows.test, reader, **loaded["base"]
+                self.dataset = _golden_ns.reference_base_dataset(
+                    M, rows.test, loaded.get("train", rows.train), reader, **loaded["base"]
                 )
         self.pt_cfg = infer.get("prompt_template")
         self.it_cfg = infer.get("ice_template")
@@ -1118,8 +1092,8 @@ def test_from_loaded_like_base_dataset(fw: str, reference: dict[str, Any]) -> No
                 reader.update(train_range=train_range, test_range=test_range)
                 reader.update(train_split=names[0], test_split=names[1])
                 with contextlib.redirect_stderr(io.StringIO()):
-                    ref = make_ref_base_dataset(
-                        M, train if two else None, test, reader, f"ds{j}", n
+                    ref = _golden_ns.reference_base_dataset(
+                        M, test, train if two else None, reader, abbr=f"ds{j}", n=n
                     )
                 ours = Dataset.from_loaded(
                     test,

@@ -503,9 +503,6 @@ def test_from_loaded_matches_base_dataset(
 ) -> None:
     """``Dataset.from_loaded`` keeps, repeats and numbers the rows as the real ``BaseDataset``
     (its ``DatasetReader`` included) does: one split or two, ranges, ``n``, split names."""
-    from datasets import Dataset as HFDataset
-    from datasets import DatasetDict
-
     m = reference[fw]
     test = [{"q": f"q{i}", "a": "x"} for i in range(n_test)]
     train = None if n_train is None else [{"q": f"t{i}", "a": "y"} for i in range(n_train)]
@@ -513,16 +510,12 @@ def test_from_loaded_matches_base_dataset(
         names = ("train", "test")  # one loaded split: the reader names its two copies so
     if not test or (train is not None and not train):
         return  # HF cannot type an empty split without columns
-    loaded: Any = HFDataset.from_list(test)
-    if train is not None:
-        loaded = DatasetDict({names[0]: HFDataset.from_list(train), names[1]: loaded})
     reader = {"input_columns": ["q"], "output_column": "a"}
     reader.update(train_range=train_range, test_range=test_range)
     reader.update(train_split=names[0], test_split=names[1])
-    cls = type("Loaded", (refload.base_dataset_class(m),), {"load": staticmethod(lambda: loaded)})
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            ref = cls(reader_cfg=reader, abbr="ds", n=n)
+            ref = _golden_ns.reference_base_dataset(m, test, train, reader, abbr="ds", n=n)
         want: Any = (repr([dict(r) for r in ref.test]), repr([dict(r) for r in ref.train]))
     except TypeError:
         want = TypeError  # a float range that is not a fraction: the reference cannot slice
