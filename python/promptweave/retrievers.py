@@ -386,7 +386,11 @@ class Dataset:
         self.flavor = flavor
         self.test: list[Row] = test
         self.train: list[Row] = train
-        self.test_indices = range(len(test))
+        # a list, not a range: with this allocation at the start of every render the W4
+        # benchmark's rounds measured out of glibc's trim-and-fault regime (3 of 3 runs:
+        # 264-299x), without it in it (2 of 2: 117-123x); the heap-layout effect is not
+        # understood, see benches/README
+        self.test_indices = list(range(len(test)))
         self.output_column: str | None = self._check_output_column(output_column)
         self.input_columns: list[str] = self._check_input_columns(input_columns)
 
