@@ -43,6 +43,7 @@ from promptweave._core import CompiledChatTemplate
 from promptweave.errors import (
     ArgumentError,
     ChatInputError,
+    ChatTemplateError,
     ChatTemplateRaised,
     ConfigError,
     DoubleBosError,
@@ -120,6 +121,121 @@ def _plain(value: Any) -> Any:
     if callable(dump):
         return dump()
     return f"<{type(value).__name__}>"
+
+
+#: lone surrogates (code points with no UTF-8 form) and their stand-ins in the Rust engine:
+#: plane 15's private use code points U+F0000..U+F07FF, one per surrogate, in order
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_STAND_IN = re.compile("[\U000f0000-\U000f07ff]")
+_TO_STAND_IN = {c: c - 0xD800 + 0xF0000 for c in range(0xD800, 0xE000)}
+_FROM_STAND_IN = {v: k for k, v in _TO_STAND_IN.items()}
+#: a stand-in as Python's ``repr`` writes it (``\U000f003d``; ``\U000F003D`` after ``upper``),
+#: which is how a surrogate's (``\ud83d``, ``\UD83D``) must read
+_STAND_IN_REPR = re.compile(r"\\U000([fF])0([0-7][0-9a-fA-F]{2})")
+
+
+def _surrogate_repr(m: re.Match[str]) -> str:
+    code = 0xD800 + int(m.group(2), 16)
+    return f"\\u{code:04x}" if m.group(1) == "f" else f"\\U{code:04X}"
+
+
+#: deeper than this the Rust converter refuses the input (and reports it)
+_MAX_DEPTH = 200
+
+
+class _Surrogates:
+    """Inputs with lone surrogates made renderable, and the outputs made right again.
+
+    Python text may hold lone surrogates (``"\\ud800"``, from a broken JSON escape, say);
+    Jinja2 renders them like any character, but they have no UTF-8 form, so the Rust engine
+    cannot hold them. Each is replaced by a stand-in, a private use character of plane 15, one
+    per surrogate (which, like a surrogate, is one character that no filter changes); after
+    rendering the stand-ins are replaced back. That is only sound when the input and the
+    template had no such private use character already: ``clash`` is then set.
+
+    The values are copied the way the Rust converter reads them: exact ``dict``/``list``/
+    ``tuple`` copied with their text replaced, other objects made plain data by the
+    converter's hook (``_plain``) first, and inside what the hook gives, any other object is
+    its ``"<TypeName>"`` placeholder.
+    """
+
+    def __init__(self) -> None:
+        self.escaped = False
+        self.clash = False
+
+    def text(self, s: str) -> str:
+        if _STAND_IN_REPR.search(s) is not None:
+            self.clash = True
+        if s.isascii():
+            return s
+        if _STAND_IN.search(s) is not None:
+            self.clash = True
+        if _LONE_SURROGATE.search(s) is None:
+            return s
+        self.escaped = True
+        return s.translate(_TO_STAND_IN)
+
+    def value(self, obj: Any, depth: int = 0, hook: bool = True) -> Any:
+        kind = type(obj)
+        if kind is str:
+            return self.text(obj)
+        if obj is None or kind in (bool, int, float):
+            return obj
+        if depth > _MAX_DEPTH:
+            return obj  # the converter refuses it, naming the depth
+        if kind is dict:
+            return {
+                self.value(k, depth + 1, hook): self.value(v, depth + 1, hook)
+                for k, v in obj.items()
+            }
+        if kind is list:
+            return [self.value(x, depth + 1, hook) for x in obj]
+        if kind is tuple:
+            return tuple(self.value(x, depth + 1, hook) for x in obj)
+        if hook:
+            return self.value(_plain(obj), depth + 1, hook=False)
+        return f"<{kind.__name__}>"
+
+    def conversation(self, chat: Any) -> Any:
+        """A conversation (a list or tuple of messages, or an object with ``.messages``)."""
+        messages = chat if type(chat) in _SEQUENCES else getattr(chat, "messages", chat)
+        if type(messages) is tuple:
+            return tuple(self.value(m, 1) for m in messages)
+        try:
+            items = list(messages)
+        except TypeError:
+            return chat  # the converter reports it
+        return [self.value(m, 1) for m in items]
+
+    def variables(self, variables: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        return [(self.text(k), self.value(v, 1)) for k, v in variables]
+
+    @staticmethod
+    def restore(text: str) -> str:
+        return _STAND_IN_REPR.sub(_surrogate_repr, text.translate(_FROM_STAND_IN))
+
+    @staticmethod
+    def in_template(source: str) -> bool:
+        """Whether a template's own text has stand-ins (which would be taken for surrogates)."""
+        return _STAND_IN.search(source) is not None or _STAND_IN_REPR.search(source) is not None
+
+
+def _refuse_clash(clash: bool, index: int | None) -> None:
+    if clash:
+        where = "" if index is None else f"conversation {index}: "
+        raise ChatInputError(
+            f"{where}the input has lone surrogates (text with no UTF-8 form, which promptweave "
+            "renders with private use characters U+F0000..U+F07FF standing in for them) and "
+            "also has such private use characters of its own, or the template has: it cannot "
+            "be rendered exactly"
+        )
+
+
+def _restored_error(exc: ChatTemplateError) -> ChatTemplateError:
+    """A rendering error of stood-in input, with the surrogates back in its message."""
+    if isinstance(exc, ChatTemplateRaised):
+        return ChatTemplateRaised(_Surrogates.restore(exc.message), exc.conversation)
+    return type(exc)(_Surrogates.restore(str(exc)))
 
 
 def _token_text(value: Any) -> str | None:
@@ -502,14 +618,90 @@ class ChatTemplate:
         """``system='auto'``: as given; when the template raises, once more with the system
         message merged (the error stands when there is none to merge)."""
         try:
-            return compiled.render(chat, variables, add_generation_prompt, field)
+            return self._render_one(compiled, chat, variables, add_generation_prompt, field)
         except ChatTemplateRaised as exc:
             merged = self._merge_system(chat)
             if merged == list(chat):
                 if index is None:
                     raise
                 raise ChatTemplateRaised(exc.message, index) from None
-        return compiled.render(merged, variables, add_generation_prompt, field)
+        return self._render_one(compiled, merged, variables, add_generation_prompt, field)
+
+    def _render_one(
+        self,
+        compiled: CompiledChatTemplate,
+        chat: Any,
+        variables: list[tuple[str, Any]],
+        add_generation_prompt: bool,
+        field: str | None = None,
+    ) -> str:
+        """``compiled.render``, and when the input has lone surrogates, rendered with them
+        stood in for (:class:`_Surrogates`)."""
+        try:
+            return compiled.render(chat, variables, add_generation_prompt, field)
+        except ChatInputError:
+            out = self._render_escaped(compiled, chat, variables, add_generation_prompt, field)
+            if out is None:
+                raise
+            return out
+
+    @staticmethod
+    def _render_escaped(
+        compiled: CompiledChatTemplate,
+        chat: Any,
+        variables: list[tuple[str, Any]],
+        add_generation_prompt: bool,
+        field: str | None = None,
+    ) -> str | None:
+        """One conversation rendered with its lone surrogates stood in for; ``None`` when it
+        has none (the caller's error stands)."""
+        sur = _Surrogates()
+        escaped_chat = sur.conversation(chat)
+        escaped_vars = sur.variables(variables)
+        if not sur.escaped:
+            return None
+        _refuse_clash(sur.clash or _Surrogates.in_template(compiled.source), None)
+        try:
+            out = compiled.render(escaped_chat, escaped_vars, add_generation_prompt, field)
+        except ChatTemplateError as exc:
+            raise _restored_error(exc) from None
+        return sur.restore(out)
+
+    @staticmethod
+    def _render_many(
+        compiled: CompiledChatTemplate,
+        chats: Sequence[Any],
+        variables: list[tuple[str, Any]],
+        add_generation_prompt: bool,
+        field: str | None,
+        threads: int | None,
+    ) -> list[str]:
+        """``compiled.render_many``, and when conversations have lone surrogates, rendered
+        with them stood in for (:class:`_Surrogates`), the others as they are."""
+        try:
+            return compiled.render_many(chats, variables, add_generation_prompt, field, threads)
+        except ChatInputError:
+            sur = _Surrogates()
+            escaped_vars = sur.variables(variables)
+            everywhere, shared_clash = sur.escaped, sur.clash
+            shared_clash |= _Surrogates.in_template(compiled.source)
+            escaped: list[Any] = []
+            restore: list[bool] = []
+            for i, chat in enumerate(chats):
+                sur.escaped = sur.clash = False
+                escaped.append(sur.conversation(chat))
+                restore.append(everywhere or sur.escaped)
+                if restore[-1]:
+                    _refuse_clash(sur.clash or shared_clash, i)
+            if not any(restore):
+                raise
+        try:
+            outs = compiled.render_many(
+                escaped, escaped_vars, add_generation_prompt, field, threads
+            )
+        except ChatTemplateError as exc:
+            raise _restored_error(exc) from None
+        return [_Surrogates.restore(o) if r else o for o, r in zip(outs, restore, strict=True)]
 
     def render(
         self,
@@ -541,7 +733,13 @@ class ChatTemplate:
             if default is None:
                 default = self._default_compiled = self._select(None, None)
             variables = self._variables(None, None, extra)
-            out = default.render(messages, variables, add_generation_prompt)
+            try:
+                out = default.render(messages, variables, add_generation_prompt)
+            except ChatInputError:
+                escaped = self._render_escaped(default, messages, variables, add_generation_prompt)
+                if escaped is None:
+                    raise
+                out = escaped
             if self.tokenizer_adds_bos:
                 self._check_bos(out, None)
             return out
@@ -553,7 +751,7 @@ class ChatTemplate:
         if self.system == "auto":
             out = self._render_auto(compiled, chat, variables, add_generation_prompt, field, None)
         else:
-            out = compiled.render(chat, variables, add_generation_prompt, field)
+            out = self._render_one(compiled, chat, variables, add_generation_prompt, field)
         self._check_bos(out, None)
         return out
 
@@ -596,11 +794,13 @@ class ChatTemplate:
                 for i, c in enumerate(chats)
             ]
         elif self.system == "merge":
-            outs = compiled.render_many(chats, variables, add_generation_prompt, field, threads)
+            outs = self._render_many(
+                compiled, chats, variables, add_generation_prompt, field, threads
+            )
         else:
             # the core takes a Conversation's .messages and refuses empty conversations itself
-            outs = compiled.render_many(
-                conversations, variables, add_generation_prompt, field, threads
+            outs = self._render_many(
+                compiled, conversations, variables, add_generation_prompt, field, threads
             )
         if self.tokenizer_adds_bos and self.double_bos != "ignore":
             for i, out in enumerate(outs):

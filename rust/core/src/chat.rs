@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use minijinja::machinery::ast;
-use minijinja::value::{Kwargs, Rest};
+use minijinja::value::{ArgType, Kwargs, Rest, StringInput};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
 use crate::chat_fast::FastTemplate;
@@ -298,8 +298,12 @@ fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
 }
 
 /// The function every `+` passes through in the full engine when the template makes Markup
-/// strings (see [`markup_adds`]).
+/// strings (see [`operator_edits`]).
 const MARKUP_ADD: &str = "__promptweave_add";
+/// The function every `%` passes through in the full engine ([`operator_edits`]).
+const PY_MOD: &str = "__promptweave_mod";
+/// The function every `~` passes through in the full engine ([`operator_edits`]).
+const PY_CONCAT: &str = "__promptweave_concat";
 
 /// Filters that give a Markup string in Jinja2 (transformers' `tojson` gives a plain one).
 const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
@@ -378,62 +382,92 @@ fn visit_exprs<'a>(stmt: &'a ast::Stmt<'a>, f: &mut impl FnMut(&'a ast::Expr<'a>
     }
 }
 
-/// The edits that turn every `a + b` into `__promptweave_add(a, b)` when the template makes
-/// Markup strings (a `safe` or `escape` filter): in Jinja2 a Markup string added to a plain
-/// one escapes the plain one (`"<p>"|safe + text` escapes `text`), which minijinja's `+` does
-/// not do. `None` for templates without those filters, or with a `+` not found in the text.
-fn markup_add_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
+/// The edits that route binary operators whose Jinja2 meaning minijinja's differs from through
+/// functions of ours:
+///
+/// - every `a % b` becomes `__promptweave_mod(a, b)`: Python's `%` formats a string
+///   (`'video_%02d' % n`), which minijinja refuses; numbers keep minijinja's `%`;
+/// - every `a ~ b` becomes `__promptweave_concat(a, b)`: Jinja2 joins `str(a)` and `str(b)`,
+///   Python's `str()` (minijinja writes lists and dicts with fewer characters escaped, and big
+///   floats in fixed notation), and the result is a plain string;
+/// - when the template makes Markup strings (a `safe` or `escape` filter), every `a + b` becomes
+///   `__promptweave_add(a, b)`: in Jinja2 a Markup string added to a plain one escapes the plain
+///   one (`"<p>"|safe + text` escapes `text`), which minijinja's `+` does not do.
+///
+/// `None` when there is nothing to rewrite, or an operator is not found in the text.
+fn operator_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
     let mut markup = false;
+    let mut adds = Vec::new();
     let mut edits = Vec::new();
     let mut ok = true;
     visit_exprs(tree, &mut |e| match e {
         ast::Expr::Filter(f) if MARKUP_FILTERS.contains(&f.name) => markup = true,
-        ast::Expr::BinOp(b) if matches!(b.op, ast::BinOpKind::Add) => {
-            let span = e.span();
-            let (Ok(start), Ok(end), Ok(left_end)) = (
-                usize::try_from(span.start_offset),
-                usize::try_from(span.end_offset),
-                usize::try_from(extent(&b.left).1),
-            ) else {
-                ok = false;
-                return;
+        ast::Expr::BinOp(b) => {
+            let (symbol, function, into) = match b.op {
+                ast::BinOpKind::Add => ('+', MARKUP_ADD, &mut adds),
+                ast::BinOpKind::Rem => ('%', PY_MOD, &mut edits),
+                ast::BinOpKind::Concat => ('~', PY_CONCAT, &mut edits),
+                _ => return,
             };
-            // the operator: past the left operand's closing brackets and spaces
-            let op = source.get(left_end..end).and_then(|gap| {
-                gap.char_indices()
-                    .find(|&(_, c)| !(c.is_whitespace() || c == ')' || c == ']'))
-                    .filter(|&(_, c)| c == '+')
-                    .map(|(i, _)| left_end + i)
-            });
-            match op {
-                Some(op) if start < op && op < end => {
-                    edits.extend(wrap(start, end, MARKUP_ADD, false));
-                    edits.push(Edit {
-                        at: op,
-                        phase: 2,
-                        order: 0,
-                        text: ",".to_owned(),
-                        cut: 1,
-                    });
-                }
-                _ => ok = false,
+            match call_edits(source, e, b, symbol, function) {
+                Some(new) => into.extend(new),
+                None => ok = false,
             }
         }
         _ => {}
     });
-    (markup && ok && !edits.is_empty()).then_some(edits)
+    if markup {
+        edits.extend(adds);
+    }
+    (ok && !edits.is_empty()).then_some(edits)
 }
 
-/// `source` with its additions rewritten ([`markup_add_edits`]); as it is otherwise.
+/// The edits that make `left <symbol> right` (the expression `e`) `function(left, right)`.
+fn call_edits(
+    source: &str,
+    e: &ast::Expr<'_>,
+    b: &ast::BinOp<'_>,
+    symbol: char,
+    function: &str,
+) -> Option<[Edit; 3]> {
+    let span = e.span();
+    let start = usize::try_from(span.start_offset).ok()?;
+    let end = usize::try_from(span.end_offset).ok()?;
+    let left_end = usize::try_from(extent(&b.left).1).ok()?;
+    // the operator: past the left operand's closing brackets and spaces
+    let op = source.get(left_end..end).and_then(|gap| {
+        gap.char_indices()
+            .find(|&(_, c)| !(c.is_whitespace() || c == ')' || c == ']'))
+            .filter(|&(_, c)| c == symbol)
+            .map(|(i, _)| left_end + i)
+    })?;
+    if !(start < op && op < end) {
+        return None;
+    }
+    let [open, close] = wrap(start, end, function, false);
+    Some([
+        open,
+        close,
+        Edit {
+            at: op,
+            phase: 2,
+            order: 0,
+            text: ",".to_owned(),
+            cut: 1,
+        },
+    ])
+}
+
+/// `source` with its operators rewritten ([`operator_edits`]); as it is otherwise.
 #[cfg(test)]
-fn markup_adds(source: &str, tree: &ast::Stmt<'_>) -> String {
-    markup_add_edits(source, tree)
+fn rewrite_operators(source: &str, tree: &ast::Stmt<'_>) -> String {
+    operator_edits(source, tree)
         .and_then(|edits| apply_edits(source, edits))
         .unwrap_or_else(|| source.to_owned())
 }
 
 /// markupsafe's `escape`: `&`, `<`, `>`, `'` and `"` as HTML entities.
-fn html_escape(s: &str) -> String {
+pub(crate) fn html_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + s.len() / 8);
     for c in s.chars() {
         match c {
@@ -471,17 +505,393 @@ fn markup_add(a: &Value, b: &Value) -> Result<Value, Error> {
 
 /// minijinja's own `+`, through a compiled expression.
 fn plain_add(a: &Value, b: &Value) -> Result<Value, Error> {
-    static ENV: std::sync::OnceLock<Environment<'static>> = std::sync::OnceLock::new();
     static EXPR: std::sync::OnceLock<minijinja::Expression<'static, 'static>> =
         std::sync::OnceLock::new();
-    let expr = if let Some(e) = EXPR.get() {
+    plain_op(&EXPR, "a + b", a, b)
+}
+
+/// minijinja's own `%` (numbers), through a compiled expression.
+fn plain_rem(a: &Value, b: &Value) -> Result<Value, Error> {
+    static EXPR: std::sync::OnceLock<minijinja::Expression<'static, 'static>> =
+        std::sync::OnceLock::new();
+    plain_op(&EXPR, "a % b", a, b)
+}
+
+fn plain_op(
+    cell: &'static std::sync::OnceLock<minijinja::Expression<'static, 'static>>,
+    source: &str,
+    a: &Value,
+    b: &Value,
+) -> Result<Value, Error> {
+    static ENV: std::sync::OnceLock<Environment<'static>> = std::sync::OnceLock::new();
+    let expr = if let Some(e) = cell.get() {
         e
     } else {
         let env = ENV.get_or_init(Environment::new);
-        let compiled = env.compile_expression_owned("a + b")?;
-        EXPR.get_or_init(|| compiled)
+        let compiled = env.compile_expression_owned(source.to_owned())?;
+        cell.get_or_init(|| compiled)
     };
     expr.eval(minijinja::context! { a => a, b => b })
+}
+
+/// Jinja2's `a % b`: Python's string formatting when `a` is a string (a Markup string escapes
+/// the arguments and gives a Markup string), else minijinja's `%`.
+fn py_mod(a: &Value, b: &Value) -> Result<Value, Error> {
+    match a.as_str() {
+        Some(fmt) => {
+            let out = crate::chat_printf::percent_format(fmt, b, a.is_safe())?;
+            Ok(keep_markup(a, out))
+        }
+        None => plain_rem(a, b),
+    }
+}
+
+/// Jinja2's `a ~ b` (autoescape off): `str(a) + str(b)`, a plain string.
+fn py_concat(a: &Value, b: &Value) -> Value {
+    let mut out = py_str(a);
+    out.push_str(&py_str(b));
+    Value::from(out)
+}
+
+/// Jinja2's `format` filter: `value % args` (the positional arguments as a tuple) or
+/// `value % kwargs`.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn format_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let positional = args.0;
+    let names: Vec<String> = kwargs.args().map(str::to_owned).collect();
+    let kwargs = if names.is_empty() {
+        None
+    } else {
+        let mut map = Map::new();
+        for name in names {
+            let v = kwargs.get::<Value>(&name)?;
+            map.insert(Value::from(name), v);
+        }
+        Some(Value::from(map))
+    };
+    let fmt = py_str(value);
+    let out =
+        crate::chat_printf::format_filter(&fmt, positional, kwargs.as_ref(), value.is_safe())?;
+    Ok(keep_markup(value, out))
+}
+
+/// `str(value)`, as the value it is when it already is a string (a Markup one stays one).
+fn str_value(value: &Value) -> Value {
+    if value.as_str().is_some() {
+        value.clone()
+    } else {
+        Value::from(py_str(value))
+    }
+}
+
+/// A string filter of minijinja's applied to Python's `str()` of the value: minijinja takes
+/// other values by its own display, which differs from `str()` (see [`operator_edits`]).
+fn on_str(value: &Value, filter: fn(StringInput<'_>) -> Value) -> Result<Value, Error> {
+    let s = str_value(value);
+    Ok(filter(<StringInput<'_> as ArgType>::from_value(Some(&s))?))
+}
+
+/// Jinja2's `replace(s, old, new, count=None)` with autoescape off: `str(s).replace(...)`, a
+/// plain string.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn replace_filter(
+    value: &Value,
+    old: &Value,
+    new: &Value,
+    count: Option<i64>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let count = match count {
+        Some(c) => Some(c),
+        None => kwargs.get::<Option<i64>>("count")?,
+    };
+    kwargs.assert_all_used()?;
+    let (s, old, new) = (py_str(value), py_str(old), py_str(new));
+    Ok(Value::from(
+        match count.and_then(|c| usize::try_from(c).ok()) {
+            Some(n) => s.replacen(&old, &new, n),
+            None => s.replace(&old, &new),
+        },
+    ))
+}
+
+/// A Python function's parameters `names` from positional arguments and keyword arguments.
+fn named_params<const N: usize>(
+    args: Rest<Value>,
+    kwargs: &Kwargs,
+    names: [&str; N],
+) -> Result<[Option<Value>; N], Error> {
+    let mut params: [Option<Value>; N] = std::array::from_fn(|_| None);
+    if args.0.len() > N {
+        return Err(Error::from(ErrorKind::TooManyArguments));
+    }
+    for (slot, v) in params.iter_mut().zip(args.0) {
+        *slot = Some(v);
+    }
+    for (slot, name) in params.iter_mut().zip(names) {
+        if kwargs.has(name) {
+            if slot.is_some() {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("TypeError: got multiple values for argument '{name}'"),
+                ));
+            }
+            *slot = Some(kwargs.get::<Value>(name)?);
+        }
+    }
+    kwargs.assert_all_used()?;
+    Ok(params)
+}
+
+/// Python's `str.splitlines()`: lines without their line boundaries.
+fn py_splitlines(s: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let boundary = matches!(
+            c,
+            '\n' | '\r'
+                | '\u{0b}'
+                | '\u{0c}'
+                | '\u{1c}'
+                | '\u{1d}'
+                | '\u{1e}'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
+        );
+        if !boundary {
+            continue;
+        }
+        lines.push(&s[start..i]);
+        let mut next = i + c.len_utf8();
+        if c == '\r' {
+            if let Some(&(j, '\n')) = chars.peek() {
+                chars.next();
+                next = j + 1;
+            }
+        }
+        start = next;
+    }
+    if start < s.len() {
+        lines.push(&s[start..]);
+    }
+    lines
+}
+
+/// Jinja2's `indent(s, width=4, first=False, blank=False)` (`width` may be a string): the
+/// lines after the first indented, blank ones too with `blank`, the first too with `first`.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn indent_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let Some(text) = value.as_str() else {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "AttributeError: '{}' object has no attribute 'splitlines'",
+                py_type_name(value)
+            ),
+        ));
+    };
+    let [width, first, blank] = named_params(args, &kwargs, ["width", "first", "blank"])?;
+    let indention = match &width {
+        Some(w) if w.as_str().is_some() => w.as_str().unwrap_or_default().to_owned(),
+        Some(w) => {
+            let n = i64::try_from(w.clone()).map_err(|_| {
+                Error::new(
+                    ErrorKind::InvalidOperation,
+                    "indent width must be an integer",
+                )
+            })?;
+            " ".repeat(usize::try_from(n).unwrap_or(0))
+        }
+        None => "    ".to_owned(),
+    };
+    let first = first.is_some_and(|v| v.is_true());
+    let blank = blank.is_some_and(|v| v.is_true());
+    let with_newline = format!("{text}\n");
+    let lines = py_splitlines(&with_newline);
+    let mut out = String::with_capacity(text.len() + indention.len() * lines.len());
+    if blank {
+        for (i, line) in lines.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+                out.push_str(&indention);
+            }
+            out.push_str(line);
+        }
+    } else {
+        let mut it = lines.iter();
+        out.push_str(it.next().copied().unwrap_or_default());
+        let rest: Vec<&&str> = it.collect();
+        if !rest.is_empty() {
+            out.push('\n');
+            for (i, line) in rest.iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                if !line.is_empty() {
+                    out.push_str(&indention);
+                }
+                out.push_str(line);
+            }
+        }
+    }
+    if first {
+        out.insert_str(0, &indention);
+    }
+    Ok(keep_markup(value, out))
+}
+
+/// Jinja2's attribute getter (`attribute='a.b'` or `'0'`): each dotted part looked up as an
+/// item (an integer index when it is digits), undefined when missing.
+fn attribute_of(value: &Value, path: &str) -> Value {
+    let mut v = value.clone();
+    for part in path.split('.') {
+        let key = match part.parse::<i64>() {
+            Ok(i) if !part.starts_with(['+', '-']) => Value::from(i),
+            _ => Value::from(part),
+        };
+        v = v.get_item(&key).unwrap_or(Value::UNDEFINED);
+    }
+    v
+}
+
+/// Jinja2's `join(value, d='', attribute=None)` with autoescape off: `str(d).join(map(str,
+/// items))`, a plain string.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn join_filter(
+    value: &Value,
+    joiner: Option<Value>,
+    attribute: Option<Value>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let joiner = match joiner {
+        Some(j) => Some(j),
+        None => kwargs.get::<Option<Value>>("d")?,
+    };
+    let attribute = match attribute {
+        Some(a) => Some(a),
+        None => kwargs.get::<Option<Value>>("attribute")?,
+    };
+    kwargs.assert_all_used()?;
+    let joiner = joiner.map(|j| py_str(&j)).unwrap_or_default();
+    if value.is_undefined() {
+        return Ok(Value::from(""));
+    }
+    if value.is_none() {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "TypeError: 'NoneType' object is not iterable",
+        ));
+    }
+    let path = attribute.filter(|a| !a.is_none()).map(|a| py_str(&a));
+    let mut out = String::new();
+    for (i, item) in value.try_iter()?.enumerate() {
+        if i > 0 {
+            out.push_str(&joiner);
+        }
+        match &path {
+            Some(path) => out.push_str(&py_str(&attribute_of(&item, path))),
+            None => out.push_str(&py_str(&item)),
+        }
+    }
+    Ok(Value::from(out))
+}
+
+/// Jinja2's `float(value, default=0.0)`: Python's `float()` of the value, else `default`.
+fn float_filter(value: &Value, default: Option<Value>) -> Result<Value, Error> {
+    if value.is_undefined() {
+        return Err(Error::new(
+            ErrorKind::UndefinedError,
+            "float() of an undefined value",
+        ));
+    }
+    let parsed = match value.kind() {
+        ValueKind::Bool => Some(if value.is_true() { 1.0 } else { 0.0 }),
+        ValueKind::Number => f64::try_from(value.clone()).ok(),
+        ValueKind::String => py_float_str(value.as_str().unwrap_or_default()),
+        _ => None,
+    };
+    Ok(match parsed {
+        Some(f) => Value::from(f),
+        None => default.unwrap_or_else(|| Value::from(0.0)),
+    })
+}
+
+/// Python's `str.center(width)` (Jinja2's `center(value, width=80)`).
+fn center_filter(value: &Value, width: Option<i64>) -> Value {
+    let s = py_str(value);
+    let width = usize::try_from(width.unwrap_or(80)).unwrap_or(0);
+    let len = s.chars().count();
+    if len >= width {
+        return Value::from(s);
+    }
+    let marg = width - len;
+    let left = marg / 2 + (marg & width & 1);
+    let mut out = String::with_capacity(s.len() + marg);
+    out.extend(std::iter::repeat_n(' ', left));
+    out.push_str(&s);
+    out.extend(std::iter::repeat_n(' ', marg - left));
+    Value::from(out)
+}
+
+/// Jinja2's `truncate(s, length=255, killwords=False, end='...', leeway=5)`.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn truncate_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let [length, killwords, end, leeway] =
+        named_params(args, &kwargs, ["length", "killwords", "end", "leeway"])?;
+    let int = |v: Option<Value>, default: i64| -> Result<i64, Error> {
+        match v {
+            None => Ok(default),
+            Some(v) => i64::try_from(v).map_err(|_| {
+                Error::new(ErrorKind::InvalidOperation, "truncate: expected an integer")
+            }),
+        }
+    };
+    let length = int(length, 255)?;
+    let leeway = int(leeway, 5)?;
+    let killwords = killwords.is_some_and(|v| v.is_true());
+    let end = end.map_or_else(|| "...".to_owned(), |e| py_str(&e));
+    let end_len = i64::try_from(end.chars().count()).unwrap_or(i64::MAX);
+    if length < end_len {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("AssertionError: expected length >= {end_len}, got {length}"),
+        ));
+    }
+    if leeway < 0 {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("AssertionError: expected leeway >= 0, got {leeway}"),
+        ));
+    }
+    let Some(s) = value.as_str() else {
+        // Python's len() and slicing of another value: short ones come back as they are
+        let len = value.len().map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        return match len {
+            Some(n) if n <= length.saturating_add(leeway) => Ok(value.clone()),
+            _ => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("truncate of a {} value", py_type_name(value)),
+            )),
+        };
+    };
+    let count = i64::try_from(s.chars().count()).unwrap_or(i64::MAX);
+    if count <= length.saturating_add(leeway) {
+        return Ok(value.clone());
+    }
+    let keep = usize::try_from(length - end_len).unwrap_or(0);
+    let head: String = s.chars().take(keep).collect();
+    let head = if killwords {
+        head
+    } else {
+        match head.rfind(' ') {
+            Some(at) => head[..at].to_owned(),
+            None => head,
+        }
+    };
+    Ok(Value::from(head + &end))
 }
 
 impl ChatTemplate {
@@ -505,6 +915,29 @@ impl ChatTemplate {
         env.add_filter("wordcount", wordcount_filter);
         env.add_filter("title", |v: Value| jinja_title(&py_str(&v)));
         env.add_filter("int", int_filter);
+        env.add_filter("format", format_filter);
+        env.add_function(PY_MOD, |a: Value, b: Value| py_mod(&a, &b));
+        env.add_function(PY_CONCAT, |a: Value, b: Value| py_concat(&a, &b));
+        // minijinja's string filters on Python's `str()` of a value that is not a string
+        env.add_filter("upper", |v: Value| on_str(&v, minijinja::filters::upper));
+        env.add_filter("lower", |v: Value| on_str(&v, minijinja::filters::lower));
+        env.add_filter("capitalize", |v: Value| {
+            on_str(&v, minijinja::filters::capitalize)
+        });
+        env.add_filter("replace", replace_filter);
+        env.add_filter("join", join_filter);
+        env.add_filter("float", float_filter);
+        env.add_filter("center", center_filter);
+        env.add_filter("truncate", truncate_filter);
+        // Jinja2's `Markup(value)`: the `str()` of a value that is not a string
+        env.add_filter("safe", |v: Value| {
+            if v.is_safe() {
+                v
+            } else {
+                Value::from_safe_string(py_str(&v))
+            }
+        });
+        env.add_filter("indent", indent_filter);
         // Jinja2's tests: `none` is neither iterable nor a sequence; strings and dicts are
         // sequences (they have `len()` and `[]`), and so is undefined.
         env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
@@ -561,8 +994,8 @@ impl ChatTemplate {
                     // the loop guards and the Markup additions in one edit of the source; the
                     // guards alone if that does not parse, nothing if they do not either
                     let guards = loop_guard_edits(&rewritten, &tree);
-                    let all = markup_add_edits(&rewritten, &tree)
-                        .map(|adds| guards.iter().cloned().chain(adds).collect());
+                    let all = operator_edits(&rewritten, &tree)
+                        .map(|ops| guards.iter().cloned().chain(ops).collect());
                     let checked = all
                         .and_then(|edits| apply_edits(&rewritten, edits))
                         .or_else(|| apply_edits(&rewritten, guards));
@@ -1019,6 +1452,13 @@ fn py_str_into(out: &mut minijinja::Output<'_>, value: &Value) -> Result<(), ()>
     let mut buf = String::new();
     write_py_str(&mut buf, value);
     out.write_str(&buf).map_err(|_| ())
+}
+
+/// Python's `repr(value)`.
+pub(crate) fn py_str_repr(value: &Value) -> String {
+    let mut out = String::new();
+    write_py_repr(&mut out, value, 0);
+    out
 }
 
 fn write_py_str(out: &mut String, value: &Value) {
@@ -1850,11 +2290,18 @@ mod tests {
         // without a Markup filter the source is left as it is
         let plain = "{{ a + (b) }}";
         let tree = minijinja::machinery::parse(plain, TEMPLATE_NAME, syntax().unwrap()).unwrap();
-        assert_eq!(markup_adds(plain, &tree), plain);
+        assert_eq!(rewrite_operators(plain, &tree), plain);
+        // `%` and `~` go through functions always
+        let ops = "{{ 'x_%02d' % n ~ (a ~ 'b') }}{{ n % 2 }}";
+        let tree = minijinja::machinery::parse(ops, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        assert_eq!(
+            rewrite_operators(ops, &tree),
+            "{{ __promptweave_concat(__promptweave_mod('x_%02d' , n) , (__promptweave_concat(a , 'b'))) }}{{ __promptweave_mod(n , 2) }}"
+        );
         let marked = "{{ (a|safe) + (b + c) }}";
         let tree = minijinja::machinery::parse(marked, TEMPLATE_NAME, syntax().unwrap()).unwrap();
         assert_eq!(
-            markup_adds(marked, &tree),
+            rewrite_operators(marked, &tree),
             "{{ __promptweave_add((a|safe) , (__promptweave_add(b , c))) }}"
         );
     }

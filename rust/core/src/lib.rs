@@ -65,6 +65,7 @@ pub mod api;
 pub mod chat;
 pub mod chat_fast;
 pub mod chat_gen;
+mod chat_printf;
 pub mod dataset;
 pub mod error;
 pub mod format;
