@@ -1121,6 +1121,18 @@ SEMANTICS = {
     "more_filters": "{{ 'a' | float }}|{{ '2.5' | float }}|{{ l | float(-1) }}|{{ t | float }}|"
     "[{{ s | center(21) }}]|[{{ s | center(20) }}]|{{ ((s ~ ' ') * 30) | truncate(30) }}|"
     "{{ s | truncate(9, true) }}|{{ s | truncate(9, end='~', leeway=0) }}|{{ l | truncate(3) }}",
+    "str_methods": "{{ s.swapcase() }}|{{ s.casefold() }}|{{ '-12'.zfill(6) }}|{{ s.zfill(3) }}|"
+    "{{ s.center(16, '*') }}|{{ s.center(15) }}|{{ s.ljust(14, '-') }}|{{ s.rjust(13) }}|"
+    "{{ s.partition(' ') }}|{{ s.rpartition('o') }}|{{ s.partition('#') }}|"
+    "{{ s.rpartition('#') }}|{{ s.istitle() }}|{{ 'Hello world'.istitle() }}|"
+    "{{ 'a\tbc\td\ne\tf'.expandtabs() }}|{{ 'a\tb'.expandtabs(3) }}",
+    "containers": "{{ d.copy() }}|{{ l.index('a') }}|{{ l.index(none, 1) }}|{{ l.count(1) }}|"
+    "{{ '{}|{}|{}'.format(l, d, [u]) }}|{{ '{0[1]}-{1[b]}'.format(l, d) }}|{{ '{x}'.format(x=d) }}",
+    "joiner_filesize": "{% set j = joiner(', ') %}{% for x in l %}{{ j() }}{{ x }}{% endfor %}|"
+    "{{ 1000 | filesizeformat }}|{{ 1500000 | filesizeformat }}|{{ 1024 | filesizeformat(true) }}|"
+    "{{ '300' | filesizeformat }}|{{ 123456789012 | filesizeformat }}",
+    "int_base": "{{ '0x1A' | int(0, 16) }}|{{ '12' | int(base=8) }}|{{ '0b101' | int(base=2) }}|"
+    "{{ '0o17' | int(0, 0) }}|{{ 'zz' | int(default=-1) }}|{{ ' 42 ' | int }}",
     "indent": "{{ 'a\nb\n\nc' | indent }}|{{ 'a\nb' | indent(2, true) }}|"
     "{{ 'a\n\nb' | indent('> ', blank=true) }}|{{ u | indent(1) }}|{{ 'x\r\ny\x0bz' | indent(1) }}",
 }

@@ -894,6 +894,52 @@ fn truncate_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<V
     Ok(Value::from(head + &end))
 }
 
+/// The operators, filters and functions whose Jinja2 (Python) meaning minijinja's differs from:
+/// `%` and `~` (see [`operator_edits`]), Python's `str()` in the string filters, and filters
+/// and functions minijinja lacks.
+fn add_python_semantics(env: &mut Environment<'static>) {
+    env.add_filter("format", format_filter);
+    env.add_function(PY_MOD, |a: Value, b: Value| py_mod(&a, &b));
+    env.add_function(PY_CONCAT, |a: Value, b: Value| py_concat(&a, &b));
+    // minijinja's string filters on Python's `str()` of a value that is not a string
+    env.add_filter("upper", |v: Value| on_str(&v, minijinja::filters::upper));
+    env.add_filter("lower", |v: Value| on_str(&v, minijinja::filters::lower));
+    env.add_filter("capitalize", |v: Value| {
+        on_str(&v, minijinja::filters::capitalize)
+    });
+    env.add_filter("replace", replace_filter);
+    env.add_filter("join", join_filter);
+    env.add_filter("float", float_filter);
+    env.add_filter("center", center_filter);
+    env.add_filter("truncate", truncate_filter);
+    // Jinja2 takes float(value) of a string too
+    env.add_filter(
+        "filesizeformat",
+        |v: Value, binary: Option<bool>| -> Result<String, Error> {
+            let size = match v.as_str() {
+                Some(s) => py_float_str(s).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("ValueError: could not convert string to float: {s:?}"),
+                    )
+                })?,
+                None => f64::try_from(v)?,
+            };
+            Ok(minijinja_contrib::filters::filesizeformat(size, binary))
+        },
+    );
+    env.add_function("joiner", minijinja_contrib::globals::joiner);
+    // Jinja2's `Markup(value)`: the `str()` of a value that is not a string
+    env.add_filter("safe", |v: Value| {
+        if v.is_safe() {
+            v
+        } else {
+            Value::from_safe_string(py_str(&v))
+        }
+    });
+    env.add_filter("indent", indent_filter);
+}
+
 impl ChatTemplate {
     /// Compiles `source` as transformers would.
     pub fn compile(source: &str) -> Result<Self, ChatError> {
@@ -915,29 +961,7 @@ impl ChatTemplate {
         env.add_filter("wordcount", wordcount_filter);
         env.add_filter("title", |v: Value| jinja_title(&py_str(&v)));
         env.add_filter("int", int_filter);
-        env.add_filter("format", format_filter);
-        env.add_function(PY_MOD, |a: Value, b: Value| py_mod(&a, &b));
-        env.add_function(PY_CONCAT, |a: Value, b: Value| py_concat(&a, &b));
-        // minijinja's string filters on Python's `str()` of a value that is not a string
-        env.add_filter("upper", |v: Value| on_str(&v, minijinja::filters::upper));
-        env.add_filter("lower", |v: Value| on_str(&v, minijinja::filters::lower));
-        env.add_filter("capitalize", |v: Value| {
-            on_str(&v, minijinja::filters::capitalize)
-        });
-        env.add_filter("replace", replace_filter);
-        env.add_filter("join", join_filter);
-        env.add_filter("float", float_filter);
-        env.add_filter("center", center_filter);
-        env.add_filter("truncate", truncate_filter);
-        // Jinja2's `Markup(value)`: the `str()` of a value that is not a string
-        env.add_filter("safe", |v: Value| {
-            if v.is_safe() {
-                v
-            } else {
-                Value::from_safe_string(py_str(&v))
-            }
-        });
-        env.add_filter("indent", indent_filter);
+        add_python_semantics(&mut env);
         // Jinja2's tests: `none` is neither iterable nor a sequence; strings and dicts are
         // sequences (they have `len()` and `[]`), and so is undefined.
         env.add_test("iterable", |v: &Value| !v.is_none() && v.try_iter().is_ok());
@@ -1706,7 +1730,22 @@ fn keep_markup(from: &Value, text: String) -> Value {
 
 /// Jinja2's `int(value, default=0, base=10)`: Python's `int()` of the value (a string in
 /// `base`), else `int(float(value))`, else `default`.
-fn int_filter(value: &Value, default: Option<Value>, base: Option<u32>) -> Result<Value, Error> {
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn int_filter(
+    value: &Value,
+    default: Option<Value>,
+    base: Option<u32>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    let default = match default {
+        Some(d) => Some(d),
+        None => kwargs.get::<Option<Value>>("default")?,
+    };
+    let base = match base {
+        Some(b) => Some(b),
+        None => kwargs.get::<Option<u32>>("base")?,
+    };
+    kwargs.assert_all_used()?;
     if value.is_undefined() {
         // Jinja2's Undefined refuses int()
         return Err(Error::new(
@@ -1759,7 +1798,7 @@ fn float_to_int(f: f64) -> Result<Option<Value>, Error> {
 /// Python's `int(s, base)` for ASCII digits: surrounding whitespace, a sign, `_` between
 /// digits (`None` where Python raises, or for a value beyond 64 bits).
 pub(crate) fn py_int_str(s: &str, base: u32) -> Option<i64> {
-    if !(2..=36).contains(&base) {
+    if base != 0 && !(2..=36).contains(&base) {
         return None;
     }
     let t = s.trim_matches(py_is_space);
@@ -1767,6 +1806,29 @@ pub(crate) fn py_int_str(s: &str, base: u32) -> Option<i64> {
         Some(b'-') => (true, &t[1..]),
         Some(b'+') => (false, &t[1..]),
         _ => (false, t),
+    };
+    // a `0x`/`0o`/`0b` prefix matching the base (base 0: the prefix gives it)
+    let prefix = |p: char| {
+        digits.len() > 1
+            && digits.starts_with('0')
+            && digits[1..].starts_with([p, p.to_ascii_uppercase()])
+    };
+    let (base, digits) = match base {
+        0 | 16 if prefix('x') => (16, &digits[2..]),
+        0 | 8 if prefix('o') => (8, &digits[2..]),
+        0 | 2 if prefix('b') => (2, &digits[2..]),
+        // base 0 reads decimals, where a leading zero is only allowed in zero itself
+        0 if digits.starts_with('0') && digits.chars().any(|c| c.is_ascii_digit() && c != '0') => {
+            return None;
+        }
+        0 => (10, digits),
+        b => (b, digits),
+    };
+    // after a prefix one `_` may come first
+    let digits = if digits.len() < t.len() - 1 && base != 10 {
+        digits.strip_prefix('_').unwrap_or(digits)
+    } else {
+        digits
     };
     if digits.is_empty()
         || digits.starts_with('_')
@@ -1866,13 +1928,277 @@ fn py_method(
                 return Ok(found);
             }
             "title" if args.is_empty() => return Ok(Value::from(py_title(s))),
+            "format" if !fields_index_into(s) => {
+                // containers as Python's str() gives them (pycompat writes them its own way),
+                // unless a field reads into one (`{0[1]}`, `{x.y}`)
+                let args: Vec<Value> = args.iter().map(format_arg).collect();
+                return minijinja_contrib::pycompat::unknown_method_callback(
+                    state, value, method, &args,
+                );
+            }
             "isspace" if args.is_empty() => {
                 return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
             }
-            _ => {}
+            _ => {
+                if let Some(result) = py_more_str_methods(s, method, args) {
+                    return result;
+                }
+            }
         }
     }
+    if value.kind() == ValueKind::Map && !value.is_kwargs() && method == "copy" && args.is_empty() {
+        let map: Map = value
+            .try_iter()?
+            .map(|k| {
+                let v = value.get_item(&k).unwrap_or_default();
+                (k, v)
+            })
+            .collect();
+        return Ok(Value::from(map));
+    }
+    if value.kind() == ValueKind::Seq && method == "index" && !args.is_empty() {
+        let [needle, rest @ ..] = args else {
+            return Err(Error::from(ErrorKind::MissingArgument));
+        };
+        let len = value.len().unwrap_or(0);
+        let bound = |at: Option<&Value>, default: usize| -> usize {
+            at.and_then(|v| i64::try_from(v.clone()).ok())
+                .map_or(default, |n| {
+                    let n = if n < 0 {
+                        i64::try_from(len).unwrap_or(i64::MAX) + n
+                    } else {
+                        n
+                    };
+                    usize::try_from(n.max(0)).unwrap_or(0).min(len)
+                })
+        };
+        let (start, stop) = (bound(rest.first(), 0), bound(rest.get(1), len));
+        for (i, item) in value.try_iter()?.enumerate() {
+            if i >= start && i < stop && &item == needle {
+                return Ok(Value::from(i));
+            }
+        }
+        let mut m = String::from("ValueError: ");
+        write_py_repr(&mut m, needle, 0);
+        m.push_str(" is not in list");
+        return Err(Error::new(ErrorKind::InvalidOperation, m));
+    }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// More of Python's `str` methods: `swapcase`, `casefold`, `istitle`, `zfill`, `center`,
+/// `ljust`, `rjust`, `partition`, `rpartition`, `expandtabs` (`None`: not one of them).
+fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, Error>> {
+    let type_error = |m: &str| Error::new(ErrorKind::InvalidOperation, format!("TypeError: {m}"));
+    let result = match (method, args) {
+        ("swapcase", []) => Ok(Value::from(py_swapcase(s))),
+        ("casefold", []) => Ok(Value::from(s.to_lowercase().replace('ß', "ss"))),
+        ("istitle", []) => Ok(Value::from(py_istitle(s))),
+        ("zfill", _) => width_arg(args, 0).map(|w| Value::from(py_zfill(s, w))),
+        ("center" | "ljust" | "rjust", [width]) => width_arg(std::slice::from_ref(width), 0)
+            .map(|w| Value::from(py_justify(s, method, w, ' '))),
+        ("center" | "ljust" | "rjust", [width, fill]) => {
+            let text = fill.as_str().unwrap_or_default();
+            let mut chars = text.chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => width_arg(std::slice::from_ref(width), 0)
+                    .map(|w| Value::from(py_justify(s, method, w, c))),
+                _ => Err(type_error(
+                    "The fill character must be exactly one character long",
+                )),
+            }
+        }
+        ("partition" | "rpartition", [sep]) => match sep.as_str() {
+            None => Err(type_error("must be str")),
+            Some("") => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "ValueError: empty separator",
+            )),
+            Some(sep) => {
+                let found = if method == "partition" {
+                    s.find(sep)
+                } else {
+                    s.rfind(sep)
+                };
+                let parts: [&str; 3] = match (found, method) {
+                    (Some(at), _) => [&s[..at], sep, &s[at + sep.len()..]],
+                    (None, "partition") => [s, "", ""],
+                    (None, _) => ["", "", s],
+                };
+                Ok(Value::from_object(Tuple::from(
+                    parts.iter().map(|p| Value::from(*p)).collect::<Vec<_>>(),
+                )))
+            }
+        },
+        ("expandtabs", []) => Ok(Value::from(py_expandtabs(s, 8))),
+        ("expandtabs", [size]) => i64::try_from(size.clone())
+            .map(|n| Value::from(py_expandtabs(s, n)))
+            .map_err(|_| type_error("an integer is required")),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// Whether a `str.format` string has a field reading an item or attribute (`{0[1]}`, `{x.y}`).
+fn fields_index_into(fmt: &str) -> bool {
+    let mut rest = fmt;
+    while let Some(at) = rest.find('{') {
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            continue;
+        }
+        let end = rest.find(['}', ':', '!']).unwrap_or(rest.len());
+        if rest[..end].contains(['[', '.']) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A `str.format` argument: a container as Python's `str()` of it, anything else as it is.
+fn format_arg(v: &Value) -> Value {
+    match v.kind() {
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable if !v.is_kwargs() => {
+            Value::from(py_str(v))
+        }
+        ValueKind::Map => {
+            // keyword arguments: each value converted
+            let map: Map = v
+                .try_iter()
+                .map(|keys| {
+                    keys.map(|k| {
+                        let item = v.get_item(&k).unwrap_or_default();
+                        (k, format_arg(&item))
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
+            Value::from(
+                map.into_iter()
+                    .map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v))
+                    .collect::<Kwargs>(),
+            )
+        }
+        _ => v.clone(),
+    }
+}
+
+/// The width argument `args[at]` of `zfill`/`center`/`ljust`/`rjust`.
+fn width_arg(args: &[Value], at: usize) -> Result<usize, Error> {
+    let v = args
+        .get(at)
+        .ok_or_else(|| Error::from(ErrorKind::MissingArgument))?;
+    let n = i64::try_from(v.clone()).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            "TypeError: an integer is required",
+        )
+    })?;
+    Ok(usize::try_from(n).unwrap_or(0).min(1 << 24))
+}
+
+/// Python's `str.swapcase()`.
+fn py_swapcase(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_uppercase() {
+            out.extend(c.to_lowercase());
+        } else if c.is_lowercase() {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Python's `str.istitle()`: cased characters, upper (or title) case only after uncased ones,
+/// lower case only after cased ones.
+fn py_istitle(s: &str) -> bool {
+    let (mut cased, mut previous_cased) = (false, false);
+    for c in s.chars() {
+        if c.is_uppercase() {
+            if previous_cased {
+                return false;
+            }
+            previous_cased = true;
+            cased = true;
+        } else if c.is_lowercase() {
+            if !previous_cased {
+                return false;
+            }
+            previous_cased = true;
+            cased = true;
+        } else {
+            previous_cased = false;
+        }
+    }
+    cased
+}
+
+/// Python's `str.zfill(width)`: zeros after the sign.
+fn py_zfill(s: &str, width: usize) -> String {
+    let len = s.chars().count();
+    if len >= width {
+        return s.to_owned();
+    }
+    let (sign, rest) = match s.chars().next() {
+        Some(c @ ('+' | '-')) => (Some(c), &s[1..]),
+        _ => (None, s),
+    };
+    let mut out = String::with_capacity(width);
+    out.extend(sign);
+    out.extend(std::iter::repeat_n('0', width - len));
+    out.push_str(rest);
+    out
+}
+
+/// Python's `str.center`, `str.ljust` and `str.rjust`.
+fn py_justify(s: &str, method: &str, width: usize, fill: char) -> String {
+    let len = s.chars().count();
+    if len >= width {
+        return s.to_owned();
+    }
+    let marg = width - len;
+    let left = match method {
+        "ljust" => 0,
+        "rjust" => marg,
+        _ => marg / 2 + (marg & width & 1),
+    };
+    let mut out = String::with_capacity(s.len() + marg * fill.len_utf8());
+    out.extend(std::iter::repeat_n(fill, left));
+    out.push_str(s);
+    out.extend(std::iter::repeat_n(fill, marg - left));
+    out
+}
+
+/// Python's `str.expandtabs(tabsize)`: tabs to the next multiple of the size; the column
+/// restarts after `\n` and `\r`.
+fn py_expandtabs(s: &str, size: i64) -> String {
+    let size = usize::try_from(size).unwrap_or(0).min(1 << 16);
+    let mut out = String::with_capacity(s.len());
+    let mut column = 0usize;
+    for c in s.chars() {
+        match c {
+            '\t' => {
+                if size > 0 {
+                    let n = size - column % size;
+                    out.extend(std::iter::repeat_n(' ', n));
+                    column += n;
+                }
+            }
+            '\n' | '\r' => {
+                out.push(c);
+                column = 0;
+            }
+            _ => {
+                out.push(c);
+                column += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The `(sep=None, maxsplit=-1)` arguments of `str.split` / `str.rsplit`.
