@@ -760,21 +760,8 @@ fn attribute_of(value: &Value, path: &str) -> Value {
 /// Jinja2's `join(value, d='', attribute=None)` with autoescape off: `str(d).join(map(str,
 /// items))`, a plain string.
 #[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
-fn join_filter(
-    value: &Value,
-    joiner: Option<Value>,
-    attribute: Option<Value>,
-    kwargs: Kwargs,
-) -> Result<Value, Error> {
-    let joiner = match joiner {
-        Some(j) => Some(j),
-        None => kwargs.get::<Option<Value>>("d")?,
-    };
-    let attribute = match attribute {
-        Some(a) => Some(a),
-        None => kwargs.get::<Option<Value>>("attribute")?,
-    };
-    kwargs.assert_all_used()?;
+fn join_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let [joiner, attribute] = named_params(args, &kwargs, ["d", "attribute"])?;
     let joiner = joiner.map(|j| py_str(&j)).unwrap_or_default();
     if value.is_undefined() {
         return Ok(Value::from(""));
@@ -1731,21 +1718,22 @@ fn keep_markup(from: &Value, text: String) -> Value {
 /// Jinja2's `int(value, default=0, base=10)`: Python's `int()` of the value (a string in
 /// `base`), else `int(float(value))`, else `default`.
 #[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
-fn int_filter(
-    value: &Value,
-    default: Option<Value>,
-    base: Option<u32>,
-    kwargs: Kwargs,
-) -> Result<Value, Error> {
-    let default = match default {
-        Some(d) => Some(d),
-        None => kwargs.get::<Option<Value>>("default")?,
-    };
+fn int_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let [default, base] = named_params(args, &kwargs, ["default", "base"])?;
     let base = match base {
-        Some(b) => Some(b),
-        None => kwargs.get::<Option<u32>>("base")?,
+        None => None,
+        Some(b) => Some(
+            i64::try_from(b)
+                .ok()
+                .and_then(|b| u32::try_from(b).ok())
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        "ValueError: int() base must be >= 2 and <= 36, or 0",
+                    )
+                })?,
+        ),
     };
-    kwargs.assert_all_used()?;
     if value.is_undefined() {
         // Jinja2's Undefined refuses int()
         return Err(Error::new(
