@@ -801,6 +801,21 @@ HOSTILE = [
     "{% generation %}{% for m in messages %}{{ m }}{% endfor %}",
     "{{ strftime_now('%Q %') }}",
 ]
+#: templates asking for more memory than exists: each must be an error, not an allocation that
+#: ends the process (in Rust an allocation failure aborts)
+MEMORY_BOMBS = [
+    "{{ tools | tojson(indent=10**12) }}",
+    "{{ 'x' | indent(10**12) }}",
+    "{{ 'x' | center(10**12) }}",
+    "{{ 'x'.zfill(10**12) }}{{ 'x'.ljust(10**15, '-') }}",
+    "{{ 'a\tb'.expandtabs(10**12) }}",
+    "{{ '{:>1000000000000}'.format('a') }}",
+    "{{ '%1000000000000d' % 1 }}",
+    "{{ ('x' * 1000000) | replace('x', 'y' * 20000) }}",
+    "{{ ['a'] * 10000000 | join('b' * 100000) }}",
+    # the per-render budget of work and memory runs out (after about 2 GiB)
+    "{% set x = 'x' * 10**8 %}{% for i in range(100000) %}{{ x }}{% endfor %}",
+]
 
 
 def test_broken_templates_never_crash_the_interpreter() -> None:
@@ -820,7 +835,7 @@ def test_broken_templates_never_crash_the_interpreter() -> None:
         "print(json.dumps(out))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(HOSTILE)],
+        [sys.executable, "-c", code, json.dumps(HOSTILE + MEMORY_BOMBS)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -828,9 +843,10 @@ def test_broken_templates_never_crash_the_interpreter() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == len(HOSTILE)
+    assert len(results) == len(HOSTILE) + len(MEMORY_BOMBS)
     assert results[0] != "ok"  # unbounded recursion is an error
     assert results[7] == "ChatTemplateSyntaxError"  # unclosed generation block
+    assert results[len(HOSTILE) :] == ["ChatTemplateRenderError"] * len(MEMORY_BOMBS)
 
 
 # ==================================================================================== inputs

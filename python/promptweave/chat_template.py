@@ -127,8 +127,17 @@ def _plain(value: Any) -> Any:
 #: plane 15's private use code points U+F0000..U+F07FF, one per surrogate, in order
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _STAND_IN = re.compile("[\U000f0000-\U000f07ff]")
-_TO_STAND_IN = {c: c - 0xD800 + 0xF0000 for c in range(0xD800, 0xE000)}
-_FROM_STAND_IN = {v: k for k, v in _TO_STAND_IN.items()}
+_SHIFT = 0xF0000 - 0xD800
+
+
+def _to_stand_in(m: re.Match[str]) -> str:
+    return chr(ord(m.group()) + _SHIFT)
+
+
+def _from_stand_in(m: re.Match[str]) -> str:
+    return chr(ord(m.group()) - _SHIFT)
+
+
 #: a stand-in as Python's ``repr`` writes it (``\U000f003d``; ``\U000F003D`` after ``upper``),
 #: which is how a surrogate's (``\ud83d``, ``\UD83D``) must read
 _STAND_IN_REPR = re.compile(r"\\U000([fF])0([0-7][0-9a-fA-F]{2})")
@@ -173,7 +182,9 @@ class _Surrogates:
         if _LONE_SURROGATE.search(s) is None:
             return s
         self.escaped = True
-        return s.translate(_TO_STAND_IN)
+        # (a regular expression replaces the few surrogates; str.translate would visit every
+        # character in Python code)
+        return _LONE_SURROGATE.sub(_to_stand_in, s)
 
     def value(self, obj: Any, depth: int = 0, hook: bool = True) -> Any:
         kind = type(obj)
@@ -212,7 +223,7 @@ class _Surrogates:
 
     @staticmethod
     def restore(text: str) -> str:
-        return _STAND_IN_REPR.sub(_surrogate_repr, text.translate(_FROM_STAND_IN))
+        return _STAND_IN_REPR.sub(_surrogate_repr, _STAND_IN.sub(_from_stand_in, text))
 
     @staticmethod
     def in_template(source: str) -> bool:

@@ -87,6 +87,12 @@ fn convert_error(err: &Error) -> ChatError {
     }
     match err.kind() {
         ErrorKind::SyntaxError | ErrorKind::UnknownBlock => ChatError::Syntax(describe(err)),
+        ErrorKind::OutOfFuel => ChatError::Render(format!(
+            "MemoryError: the template asked for more work or memory than promptweave gives one \
+             render (about {FUEL} instructions or {} GiB of data): {}",
+            (FUEL * 64) >> 30,
+            describe(err)
+        )),
         _ => ChatError::Render(describe(err)),
     }
 }
@@ -100,6 +106,11 @@ fn describe(err: &Error) -> String {
     }
     msg
 }
+
+/// The fuel of one render of the full engine (minijinja's budget: one instruction costs one,
+/// 64 bytes of data one): about 33 million instructions or 2 GiB of strings and lists, far
+/// beyond what a conversation needs.
+const FUEL: u64 = 1 << 25;
 
 /// What [`ChatTemplate::render_conversation`] needs besides the messages.
 #[derive(Debug, Clone, Default)]
@@ -607,12 +618,25 @@ fn replace_filter(
     };
     kwargs.assert_all_used()?;
     let (s, old, new) = (py_str(value), py_str(old), py_str(new));
-    Ok(Value::from(
-        match count.and_then(|c| usize::try_from(c).ok()) {
-            Some(n) => s.replacen(&old, &new, n),
-            None => s.replace(&old, &new),
-        },
-    ))
+    let limit = count.and_then(|c| usize::try_from(c).ok());
+    if new.len() > old.len() {
+        // the size of the result, counted when the cheap upper bound is too large
+        let grow = new.len() - old.len();
+        let bound = (s.len() / old.len().max(1) + 1).min(limit.unwrap_or(usize::MAX));
+        if s.len().saturating_add(bound.saturating_mul(grow)) > MAX_RESULT {
+            let found = if old.is_empty() {
+                s.chars().count() + 1
+            } else {
+                s.matches(old.as_str()).count()
+            };
+            let n = found.min(limit.unwrap_or(usize::MAX));
+            check_result(s.len().saturating_add(n.saturating_mul(grow)), "replace")?;
+        }
+    }
+    Ok(Value::from(match limit {
+        Some(n) => s.replacen(&old, &new, n),
+        None => s.replace(&old, &new),
+    }))
 }
 
 /// A Python function's parameters `names` from positional arguments and keyword arguments.
@@ -703,7 +727,7 @@ fn indent_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
                     "indent width must be an integer",
                 )
             })?;
-            " ".repeat(usize::try_from(n).unwrap_or(0))
+            " ".repeat(checked_width(n, "an indent")?)
         }
         None => "    ".to_owned(),
     };
@@ -711,6 +735,11 @@ fn indent_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
     let blank = blank.is_some_and(|v| v.is_true());
     let with_newline = format!("{text}\n");
     let lines = py_splitlines(&with_newline);
+    check_result(
+        text.len()
+            .saturating_add(indention.len().saturating_mul(lines.len() + 1)),
+        "indent",
+    )?;
     let mut out = String::with_capacity(text.len() + indention.len() * lines.len());
     if blank {
         for (i, line) in lines.iter().enumerate() {
@@ -776,6 +805,7 @@ fn join_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value
     let mut out = String::new();
     for (i, item) in value.try_iter()?.enumerate() {
         if i > 0 {
+            check_result(out.len().saturating_add(joiner.len()), "join")?;
             out.push_str(&joiner);
         }
         match &path {
@@ -807,12 +837,12 @@ fn float_filter(value: &Value, default: Option<Value>) -> Result<Value, Error> {
 }
 
 /// Python's `str.center(width)` (Jinja2's `center(value, width=80)`).
-fn center_filter(value: &Value, width: Option<i64>) -> Value {
+fn center_filter(value: &Value, width: Option<i64>) -> Result<Value, Error> {
     let s = py_str(value);
-    let width = usize::try_from(width.unwrap_or(80)).unwrap_or(0);
+    let width = checked_width(width.unwrap_or(80), "a width")?;
     let len = s.chars().count();
     if len >= width {
-        return Value::from(s);
+        return Ok(Value::from(s));
     }
     let marg = width - len;
     let left = marg / 2 + (marg & width & 1);
@@ -820,7 +850,7 @@ fn center_filter(value: &Value, width: Option<i64>) -> Value {
     out.extend(std::iter::repeat_n(' ', left));
     out.push_str(&s);
     out.extend(std::iter::repeat_n(' ', marg - left));
-    Value::from(out)
+    Ok(Value::from(out))
 }
 
 /// Jinja2's `truncate(s, length=255, killwords=False, end='...', leeway=5)`.
@@ -939,6 +969,10 @@ impl ChatTemplate {
                 .map_err(|()| Error::new(ErrorKind::WriteFailure, "write failed"))
         });
         env.set_unknown_method_callback(py_method);
+        // a budget of work and memory per render, so that a template cannot make the process
+        // allocate without bound (Python would fail with MemoryError; an allocation failure
+        // here would end the process)
+        env.set_fuel(Some(FUEL));
         // Jinja2's generators and reverse iterators (`map`, `selectattr`, `reverse`, ...)
         crate::chat_gen::add_filters(&mut env);
         env.add_filter("tojson", tojson_filter);
@@ -1916,6 +1950,15 @@ fn py_method(
                 return Ok(found);
             }
             "title" if args.is_empty() => return Ok(Value::from(py_title(s))),
+            "format" if format_too_wide(s) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "MemoryError: a width or precision in this format string is more than \
+                         promptweave renders (at most {MAX_WIDTH})"
+                    ),
+                ));
+            }
             "format" if !fields_index_into(s) => {
                 // containers as Python's str() gives them (pycompat writes them its own way),
                 // unless a field reads into one (`{0[1]}`, `{x.y}`)
@@ -2018,13 +2061,42 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
                 )))
             }
         },
-        ("expandtabs", []) => Ok(Value::from(py_expandtabs(s, 8))),
+        ("expandtabs", []) => py_expandtabs(s, 8).map(Value::from),
         ("expandtabs", [size]) => i64::try_from(size.clone())
-            .map(|n| Value::from(py_expandtabs(s, n)))
-            .map_err(|_| type_error("an integer is required")),
+            .map_err(|_| type_error("an integer is required"))
+            .and_then(|n| py_expandtabs(s, n))
+            .map(Value::from),
         _ => return None,
     };
     Some(result)
+}
+
+/// Whether a `str.format` string asks for a width or precision beyond [`MAX_WIDTH`] (a number
+/// in a field's format spec; nested `{}` specs are refused by the formatting itself).
+fn format_too_wide(fmt: &str) -> bool {
+    let too_big = |digits: &str| {
+        digits
+            .parse::<u128>()
+            .map_or(true, |n| n > MAX_WIDTH as u128)
+    };
+    let mut rest = fmt;
+    while let Some(at) = rest.find('{') {
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            continue;
+        }
+        let end = rest.find('}').unwrap_or(rest.len());
+        if let Some((_, spec)) = rest[..end].split_once(':') {
+            if spec
+                .split(|c: char| !c.is_ascii_digit())
+                .any(|d| !d.is_empty() && too_big(d))
+            {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Whether a `str.format` string has a field reading an item or attribute (`{0[1]}`, `{x.y}`).
@@ -2072,6 +2144,44 @@ fn format_arg(v: &Value) -> Value {
     }
 }
 
+/// The most characters a width, an indent or a tab size may ask for: Python would allocate
+/// whatever it is asked (or fail with `MemoryError`); here a larger one is an error rather
+/// than an allocation that could take the process down.
+const MAX_WIDTH: usize = 1 << 24;
+
+/// The largest string one of our filters or methods makes (a larger one is an error, found
+/// before it is allocated).
+const MAX_RESULT: usize = 1 << 31;
+
+/// An error when a result of `bytes` would be beyond [`MAX_RESULT`].
+fn check_result(bytes: usize, what: &str) -> Result<(), Error> {
+    if bytes > MAX_RESULT {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "MemoryError: {what} would make a string of {bytes} bytes, more than \
+                 promptweave renders (at most {MAX_RESULT})"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A width-like count `n` (negative: 0), or an error naming `what` when it is beyond
+/// [`MAX_WIDTH`].
+fn checked_width(n: i64, what: &str) -> Result<usize, Error> {
+    let n = usize::try_from(n).unwrap_or(0);
+    if n > MAX_WIDTH {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "MemoryError: {what} of {n} is more than promptweave renders (at most {MAX_WIDTH})"
+            ),
+        ));
+    }
+    Ok(n)
+}
+
 /// The width argument `args[at]` of `zfill`/`center`/`ljust`/`rjust`.
 fn width_arg(args: &[Value], at: usize) -> Result<usize, Error> {
     let v = args
@@ -2083,7 +2193,7 @@ fn width_arg(args: &[Value], at: usize) -> Result<usize, Error> {
             "TypeError: an integer is required",
         )
     })?;
-    Ok(usize::try_from(n).unwrap_or(0).min(1 << 24))
+    checked_width(n, "a width")
 }
 
 /// Python's `str.swapcase()`.
@@ -2163,8 +2273,13 @@ fn py_justify(s: &str, method: &str, width: usize, fill: char) -> String {
 
 /// Python's `str.expandtabs(tabsize)`: tabs to the next multiple of the size; the column
 /// restarts after `\n` and `\r`.
-fn py_expandtabs(s: &str, size: i64) -> String {
-    let size = usize::try_from(size).unwrap_or(0).min(1 << 16);
+fn py_expandtabs(s: &str, size: i64) -> Result<String, Error> {
+    let size = checked_width(size, "a tab size")?;
+    let tabs = s.bytes().filter(|&b| b == b'\t').count();
+    check_result(
+        s.len().saturating_add(tabs.saturating_mul(size)),
+        "expandtabs",
+    )?;
     let mut out = String::with_capacity(s.len());
     let mut column = 0usize;
     for c in s.chars() {
@@ -2186,7 +2301,7 @@ fn py_expandtabs(s: &str, size: i64) -> String {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// The `(sep=None, maxsplit=-1)` arguments of `str.split` / `str.rsplit`.
@@ -2326,7 +2441,7 @@ fn tojson_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
                     "tojson: indent must be an int or str",
                 )
             })?;
-            Some(" ".repeat(usize::try_from(n).unwrap_or(0)))
+            Some(" ".repeat(checked_width(n, "an indent")?))
         }
     };
     let separators = match separators.filter(|v| !v.is_none()) {

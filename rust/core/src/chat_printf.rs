@@ -129,6 +129,9 @@ struct Spec {
 /// would be a huge string, which is refused here too.
 const MAX_WIDTH: usize = 1 << 20;
 
+/// The most bytes one formatting makes (each conversion adds at most about [`MAX_WIDTH`]).
+const MAX_OUTPUT: usize = 1 << 31;
+
 /// The format string's characters and the reading position (Python reports character
 /// indices).
 struct Cursor {
@@ -221,6 +224,11 @@ fn format_with(fmt: &str, args: &mut Args<'_>, markup: bool) -> Result<String, E
         };
         let body = convert(conv, &value, &mut spec, markup, cur.pos - 1)?;
         pad(&mut out, &body, &spec, conv);
+        if out.len() > MAX_OUTPUT {
+            return Err(value_error(format!(
+                "the formatted string is more than {MAX_OUTPUT} bytes"
+            )));
+        }
     }
     Ok(out)
 }
