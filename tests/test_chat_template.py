@@ -815,6 +815,8 @@ MEMORY_BOMBS = [
     "{{ ['a'] * 10000000 | join('b' * 100000) }}",
     # the per-render budget of work and memory runs out (after about 2 GiB)
     "{% set x = 'x' * 10**8 %}{% for i in range(100000) %}{{ x }}{% endfor %}",
+    "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}"
+    "{% endfor %}{{ ns.l | length }}",
 ]
 
 
@@ -1147,6 +1149,8 @@ SEMANTICS = {
     "joiner_filesize": "{% set j = joiner(', ') %}{% for x in l %}{{ j() }}{{ x }}{% endfor %}|"
     "{{ 1000 | filesizeformat }}|{{ 1500000 | filesizeformat }}|{{ 1024 | filesizeformat(true) }}|"
     "{{ '300' | filesizeformat }}|{{ 123456789012 | filesizeformat }}",
+    "plus": "{{ 2.0 + 1 }}|{{ 1 + 1 }}|{{ t + 1 }}|{{ f + f }}|{{ 9223372036854775807 + 1 }}|"
+    "{{ l + [2] }}|{{ (1,) + (2,) }}|{{ s + '!' }}|{{ (l + l) | length }}|{{ ('<'|safe) + '<' }}",
     "int_base": "{{ '0x1A' | int(0, 16) }}|{{ '12' | int(base=8) }}|{{ '0b101' | int(base=2) }}|"
     "{{ '0o17' | int(0, 0) }}|{{ 'zz' | int(default=-1) }}|{{ ' 42 ' | int }}",
     "indent": "{{ 'a\nb\n\nc' | indent }}|{{ 'a\nb' | indent(2, true) }}|"

@@ -110,7 +110,7 @@ fn describe(err: &Error) -> String {
 /// The fuel of one render of the full engine (minijinja's budget: one instruction costs one,
 /// 64 bytes of data one): about 33 million instructions or 2 GiB of strings and lists, far
 /// beyond what a conversation needs.
-const FUEL: u64 = 1 << 25;
+pub(crate) const FUEL: u64 = 1 << 25;
 
 /// What [`ChatTemplate::render_conversation`] needs besides the messages.
 #[derive(Debug, Clone, Default)]
@@ -308,16 +308,14 @@ fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
     apply_edits(source, loop_guard_edits(source, tree)).unwrap_or_else(|| source.to_owned())
 }
 
-/// The function every `+` passes through in the full engine when the template makes Markup
-/// strings (see [`operator_edits`]).
+/// The function a `+` passes through in the full engine ([`operator_edits`]).
 const MARKUP_ADD: &str = "__promptweave_add";
+/// Filters that give a Markup string in Jinja2 (transformers' `tojson` gives a plain one).
+const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
 /// The function every `%` passes through in the full engine ([`operator_edits`]).
 const PY_MOD: &str = "__promptweave_mod";
 /// The function every `~` passes through in the full engine ([`operator_edits`]).
 const PY_CONCAT: &str = "__promptweave_concat";
-
-/// Filters that give a Markup string in Jinja2 (transformers' `tojson` gives a plain one).
-const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
 
 /// The expressions and the bodies of a statement.
 type StmtParts<'a> = (Vec<&'a ast::Expr<'a>>, Vec<&'a [ast::Stmt<'a>]>);
@@ -401,36 +399,61 @@ fn visit_exprs<'a>(stmt: &'a ast::Stmt<'a>, f: &mut impl FnMut(&'a ast::Expr<'a>
 /// - every `a ~ b` becomes `__promptweave_concat(a, b)`: Jinja2 joins `str(a)` and `str(b)`,
 ///   Python's `str()` (minijinja writes lists and dicts with fewer characters escaped, and big
 ///   floats in fixed notation), and the result is a plain string;
-/// - when the template makes Markup strings (a `safe` or `escape` filter), every `a + b` becomes
-///   `__promptweave_add(a, b)`: in Jinja2 a Markup string added to a plain one escapes the plain
-///   one (`"<p>"|safe + text` escapes `text`), which minijinja's `+` does not do.
+/// - `a + b` becomes `__promptweave_add(a, b)`: in Jinja2 a Markup string added to a plain one
+///   escapes the plain one (`"<p>"|safe + text` escapes `text`), which minijinja's `+` does not
+///   do, and two lists make a new list (minijinja's `+` makes a lazy view of both, which a
+///   template doubling a list in a loop nests without bound). A `+` with a string on one side
+///   keeps minijinja's `+` (it concatenates strings as Python does) unless the template makes
+///   Markup strings.
 ///
 /// `None` when there is nothing to rewrite, or an operator is not found in the text.
 fn operator_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
     let mut markup = false;
-    let mut adds = Vec::new();
+    visit_exprs(tree, &mut |e| {
+        if let ast::Expr::Filter(f) = e {
+            markup |= MARKUP_FILTERS.contains(&f.name);
+        }
+    });
     let mut edits = Vec::new();
     let mut ok = true;
-    visit_exprs(tree, &mut |e| match e {
-        ast::Expr::Filter(f) if MARKUP_FILTERS.contains(&f.name) => markup = true,
-        ast::Expr::BinOp(b) => {
-            let (symbol, function, into) = match b.op {
-                ast::BinOpKind::Add => ('+', MARKUP_ADD, &mut adds),
-                ast::BinOpKind::Rem => ('%', PY_MOD, &mut edits),
-                ast::BinOpKind::Concat => ('~', PY_CONCAT, &mut edits),
+    visit_exprs(tree, &mut |e| {
+        if let ast::Expr::BinOp(b) = e {
+            let (symbol, function) = match b.op {
+                // a `+` with a string on one side is a string concatenation (or an error) as
+                // minijinja does it, unless a Markup string may be the other side
+                ast::BinOpKind::Add if !markup && (stringy(&b.left) || stringy(&b.right)) => {
+                    return;
+                }
+                ast::BinOpKind::Add => ('+', MARKUP_ADD),
+                ast::BinOpKind::Rem => ('%', PY_MOD),
+                ast::BinOpKind::Concat => ('~', PY_CONCAT),
                 _ => return,
             };
             match call_edits(source, e, b, symbol, function) {
-                Some(new) => into.extend(new),
+                Some(new) => edits.extend(new),
                 None => ok = false,
             }
         }
-        _ => {}
     });
-    if markup {
-        edits.extend(adds);
-    }
     (ok && !edits.is_empty()).then_some(edits)
+}
+
+/// Whether an expression gives a string whatever its inputs: a string literal, a `~`, a `+`
+/// with such a side, a filter that gives strings.
+fn stringy(e: &ast::Expr<'_>) -> bool {
+    match e {
+        ast::Expr::Const(c) => c.value.as_str().is_some(),
+        ast::Expr::BinOp(b) => match b.op {
+            ast::BinOpKind::Concat => true,
+            ast::BinOpKind::Add => stringy(&b.left) || stringy(&b.right),
+            _ => false,
+        },
+        ast::Expr::Filter(f) => matches!(
+            f.name,
+            "string" | "trim" | "tojson" | "join" | "upper" | "lower" | "capitalize" | "title"
+        ),
+        _ => false,
+    }
 }
 
 /// The edits that make `left <symbol> right` (the expression `e`) `function(left, right)`.
@@ -510,6 +533,28 @@ fn markup_add(a: &Value, b: &Value) -> Result<Value, Error> {
         if let (Some(x), Some(y)) = (markup_text(a), markup_text(b)) {
             return Ok(Value::from_safe_string(x + &y));
         }
+    }
+    // the usual cases directly (minijinja's `+` through an expression costs a context)
+    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
+        if !a.is_safe() && !b.is_safe() {
+            let mut out = String::with_capacity(x.len() + y.len());
+            out.push_str(x);
+            out.push_str(y);
+            return Ok(Value::from(out));
+        }
+    }
+    if a.is_integer() && b.is_integer() {
+        if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+            if let Some(sum) = x.checked_add(y) {
+                return Ok(Value::from(sum));
+            }
+        }
+    }
+    // two lists: a new list of their items, as Python makes it (minijinja's `+` makes a lazy
+    // view of both, which a template doubling a list in a loop can nest without bound)
+    if a.kind() == ValueKind::Seq && b.kind() == ValueKind::Seq && !a.is_tuple() && !b.is_tuple() {
+        let items: Vec<Value> = a.try_iter()?.chain(b.try_iter()?).collect();
+        return Ok(Value::from(items));
     }
     plain_add(a, b)
 }
@@ -2716,11 +2761,17 @@ mod tests {
         ] {
             assert_eq!(render(src, c.clone()).as_deref(), Ok(want), "{src}");
         }
-        // without a Markup filter the source is left as it is
-        let plain = "{{ a + (b) }}";
+        // without these operators the source is left as it is
+        let plain = "{{ a - (b) }}{{ a * b }}";
         let tree = minijinja::machinery::parse(plain, TEMPLATE_NAME, syntax().unwrap()).unwrap();
         assert_eq!(rewrite_operators(plain, &tree), plain);
-        // `%` and `~` go through functions always
+        // `+`, `%` and `~` go through functions
+        let add = "{{ a + (b) }}";
+        let tree = minijinja::machinery::parse(add, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        assert_eq!(
+            rewrite_operators(add, &tree),
+            "{{ __promptweave_add(a , (b)) }}"
+        );
         let ops = "{{ 'x_%02d' % n ~ (a ~ 'b') }}{{ n % 2 }}";
         let tree = minijinja::machinery::parse(ops, TEMPLATE_NAME, syntax().unwrap()).unwrap();
         assert_eq!(

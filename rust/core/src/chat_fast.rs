@@ -69,6 +69,45 @@ pub struct Bail;
 
 type R<T> = Result<T, Bail>;
 
+thread_local! {
+    /// What the render in progress may still make, counted as the full engine's fuel counts
+    /// (a byte of a string or the output one unit, a loop iteration or a list item 64): a
+    /// render that runs out gives up, and the full engine, with the same budget, reports it.
+    /// Without it a template could make the process allocate without bound
+    /// (`{% set ns.s = ns.s + ns.s %}` in a loop).
+    static BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The budget of one render (the full engine's fuel in units).
+const BUDGET_UNITS: u64 = crate::chat::FUEL * 64;
+
+/// Spends the size of `text.replace(old, new)` before it is made, when it grows the text.
+fn spend_on_replace(text: &str, old: &str, new: &str) -> R<()> {
+    if new.len() <= old.len() {
+        return Ok(());
+    }
+    let n = if old.is_empty() {
+        text.chars().count() + 1
+    } else {
+        text.matches(old).count()
+    };
+    spend(
+        text.len()
+            .saturating_add(n.saturating_mul(new.len() - old.len())),
+    )
+}
+
+/// Spends `units` of the render's budget; `Bail` when it runs out.
+fn spend(units: usize) -> R<()> {
+    BUDGET.with(|b| {
+        let left = b
+            .get()
+            .checked_sub(u64::try_from(units).unwrap_or(u64::MAX));
+        b.set(left.unwrap_or(0));
+        left.map(|_| ()).ok_or(Bail)
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // The program
 // ---------------------------------------------------------------------------------------------
@@ -437,6 +476,7 @@ impl FastTemplate {
             .sum();
         // the messages' text, the template's own text and room for what a loop repeats of it
         out.reserve(text + text / 4 + self.size_hint + 256);
+        BUDGET.with(|b| b.set(BUDGET_UNITS));
         let mut machine = Machine {
             globals: &self.globals,
             bound_names: &self.bound,
@@ -1797,8 +1837,15 @@ impl<'a> Machine<'a, '_> {
     fn exec(&mut self, nodes: &'a [Node]) -> R<Flow> {
         for node in nodes {
             match node {
-                Node::Raw(s) => self.out.push_str(s),
-                Node::Emit(e) => self.emit(e)?,
+                Node::Raw(s) => {
+                    spend(s.len())?;
+                    self.out.push_str(s);
+                }
+                Node::Emit(e) => {
+                    let start = self.out.len();
+                    self.emit(e)?;
+                    spend(self.out.len().saturating_sub(start))?;
+                }
                 Node::If(cond, yes, no) => {
                     let branch = if self.eval_bool(cond)? { yes } else { no };
                     match self.exec(branch)? {
@@ -1859,6 +1906,7 @@ impl<'a> Machine<'a, '_> {
         let len = items.len();
         let items = Rc::new(items);
         for (index0, item) in items.iter().enumerate() {
+            spend(64)?;
             self.scope.truncate(base);
             for name in &f.assigned {
                 self.scope.push((*name, V::Poison));
@@ -2055,7 +2103,9 @@ impl<'a> Machine<'a, '_> {
                 let mut buf = String::new();
                 for item in items {
                     let v = self.eval(item)?;
+                    let before = buf.len();
                     write_value(&mut buf, &v)?;
+                    spend(buf.len() - before)?;
                 }
                 V::Str(S::O(Rc::from(buf)))
             }
@@ -2267,10 +2317,13 @@ impl<'a> Machine<'a, '_> {
                 };
                 let mut buf = String::new();
                 for (i, item) in items.iter().enumerate() {
+                    let before = buf.len();
+                    spend(sep.len() + 64)?;
                     if i > 0 {
                         buf.push_str(sep);
                     }
                     write_value(&mut buf, item)?;
+                    spend(buf.len() - before)?;
                 }
                 V::Str(S::O(Rc::from(buf)))
             }
@@ -2447,6 +2500,7 @@ impl<'a> Machine<'a, '_> {
                 else {
                     return Err(Bail);
                 };
+                spend_on_replace(text, old.as_str(), new.as_str())?;
                 Ok(V::Str(S::O(Rc::from(
                     text.replace(old.as_str(), new.as_str()),
                 ))))
@@ -2487,12 +2541,14 @@ fn add<'a>(left: &V<'a>, right: &V<'a>) -> R<V<'a>> {
     }
     // lists (the conversation is one: a tuple conversation never takes the fast path)
     if let (Some(x), Some(y)) = (list_items(left), list_items(right)) {
+        spend((x.len() + y.len()) * 64)?;
         let mut items = x;
         items.extend(y);
         return Ok(V::List(Rc::new(items)));
     }
     match (left.text(), right.text()) {
         (Some(x), Some(y)) => {
+            spend(x.len() + y.len())?;
             let mut joined = String::with_capacity(x.len() + y.len());
             joined.push_str(x);
             joined.push_str(y);
