@@ -309,7 +309,7 @@ fn guard_loops(source: &str, tree: &ast::Stmt<'_>) -> String {
 }
 
 /// The function a `+` passes through in the full engine ([`operator_edits`]).
-const MARKUP_ADD: &str = "__promptweave_add";
+const PY_ADD: &str = "__promptweave_add";
 /// Filters that give a Markup string in Jinja2 (transformers' `tojson` gives a plain one).
 const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
 /// The function every `%` passes through in the full engine ([`operator_edits`]).
@@ -424,7 +424,7 @@ fn operator_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
                 ast::BinOpKind::Add if !markup && (stringy(&b.left) || stringy(&b.right)) => {
                     return;
                 }
-                ast::BinOpKind::Add => ('+', MARKUP_ADD),
+                ast::BinOpKind::Add => ('+', PY_ADD),
                 ast::BinOpKind::Rem => ('%', PY_MOD),
                 ast::BinOpKind::Concat => ('~', PY_CONCAT),
                 _ => return,
@@ -526,9 +526,9 @@ fn markup_text(v: &Value) -> Option<String> {
     })
 }
 
-/// `a + b` with Jinja2's Markup rules: a Markup string and a plain string make a Markup string
-/// with the plain one escaped; anything else is minijinja's `+`.
-fn markup_add(a: &Value, b: &Value) -> Result<Value, Error> {
+/// Jinja2's `a + b`: a Markup string and a plain string make a Markup string with the plain
+/// one escaped; two lists make a new list; anything else is minijinja's `+`.
+fn py_add(a: &Value, b: &Value) -> Result<Value, Error> {
     if a.is_safe() || b.is_safe() {
         if let (Some(x), Some(y)) = (markup_text(a), markup_text(b)) {
             return Ok(Value::from_safe_string(x + &y));
@@ -1058,7 +1058,7 @@ impl ChatTemplate {
             }
             Ok(v)
         });
-        env.add_function(MARKUP_ADD, |a: Value, b: Value| markup_add(&a, &b));
+        env.add_function(PY_ADD, |a: Value, b: Value| py_add(&a, &b));
         // markupsafe's entities (`&#39;`, `&#34;`), not minijinja's (`&#x27;`, `&quot;`)
         env.add_filter("forceescape", |v: Value| {
             Value::from_safe_string(html_escape(&py_str(&v)))
