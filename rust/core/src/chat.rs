@@ -2116,6 +2116,26 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
     Some(result)
 }
 
+/// The replacement fields of a `str.format` string: the text inside each `{...}` (`{{` is a
+/// literal brace).
+fn format_fields(fmt: &str) -> impl Iterator<Item = &str> {
+    let mut rest = fmt;
+    std::iter::from_fn(move || {
+        loop {
+            let at = rest.find('{')?;
+            rest = &rest[at + 1..];
+            if let Some(after) = rest.strip_prefix('{') {
+                rest = after;
+                continue;
+            }
+            let end = rest.find('}').unwrap_or(rest.len());
+            let field = &rest[..end];
+            rest = &rest[end..];
+            return Some(field);
+        }
+    })
+}
+
 /// Whether a `str.format` string asks for a width or precision beyond [`MAX_WIDTH`] (a number
 /// in a field's format spec; nested `{}` specs are refused by the formatting itself).
 fn format_too_wide(fmt: &str) -> bool {
@@ -2124,41 +2144,20 @@ fn format_too_wide(fmt: &str) -> bool {
             .parse::<u128>()
             .map_or(true, |n| n > MAX_WIDTH as u128)
     };
-    let mut rest = fmt;
-    while let Some(at) = rest.find('{') {
-        rest = &rest[at + 1..];
-        if let Some(after) = rest.strip_prefix('{') {
-            rest = after;
-            continue;
-        }
-        let end = rest.find('}').unwrap_or(rest.len());
-        if let Some((_, spec)) = rest[..end].split_once(':') {
-            if spec
-                .split(|c: char| !c.is_ascii_digit())
+    format_fields(fmt).any(|field| {
+        field.split_once(':').is_some_and(|(_, spec)| {
+            spec.split(|c: char| !c.is_ascii_digit())
                 .any(|d| !d.is_empty() && too_big(d))
-            {
-                return true;
-            }
-        }
-    }
-    false
+        })
+    })
 }
 
 /// Whether a `str.format` string has a field reading an item or attribute (`{0[1]}`, `{x.y}`).
 fn fields_index_into(fmt: &str) -> bool {
-    let mut rest = fmt;
-    while let Some(at) = rest.find('{') {
-        rest = &rest[at + 1..];
-        if let Some(after) = rest.strip_prefix('{') {
-            rest = after;
-            continue;
-        }
-        let end = rest.find(['}', ':', '!']).unwrap_or(rest.len());
-        if rest[..end].contains(['[', '.']) {
-            return true;
-        }
-    }
-    false
+    format_fields(fmt).any(|field| {
+        let name = field.split([':', '!']).next().unwrap_or_default();
+        name.contains(['[', '.'])
+    })
 }
 
 /// A `str.format` argument: a container as Python's `str()` of it, anything else as it is.
