@@ -65,6 +65,24 @@ impl Backend {
         Ok(force.map(|f| f.is_truthy()).transpose()? == Some(true))
     }
 
+    /// The core's `render()`, or `None` when the pure-Python path must render instead:
+    /// `FORCE_PYTHON` is set, or the core raised `FallbackRequired` (what it does not model).
+    /// Any other error is the call's.
+    pub(crate) fn rendered<T>(
+        &self,
+        py: pyo3::Python<'_>,
+        render: impl FnOnce() -> pyo3::PyResult<T>,
+    ) -> pyo3::PyResult<Option<T>> {
+        if self.force_python(py)? {
+            return Ok(None);
+        }
+        match render() {
+            Ok(out) => Ok(Some(out)),
+            Err(e) if e.is_instance_of::<FallbackRequired>(py) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub(crate) fn visit(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         visit.call(&self.0)
     }

@@ -8,7 +8,7 @@ use pyo3::{PyTraverseError, PyVisit, intern};
 use promptweave_core::{Flavor, MetaEntry, MetaTemplate, Mode, RoleSpec};
 
 use crate::convert::InputItems;
-use crate::errors::{Backend, FallbackRequired, to_py_err, unsupported};
+use crate::errors::{Backend, to_py_err, unsupported};
 
 /// A compiled meta template.
 #[pyclass(frozen, name = "MetaTemplate", module = "promptweave._core")]
@@ -186,17 +186,11 @@ impl PyLmParse {
         if !prompt_template.get_type().is(self.prompt_list.bind(py)) {
             return Ok(None);
         }
-        if self.backend.force_python(py)? {
-            return Ok(None);
-        }
-        match meta
-            .get()
-            .render_lm(prompt_template.cast::<PyList>()?, gen_mode)
-        {
-            Ok(s) => Ok(Some(PyString::new(py, &s).into_any())),
-            Err(e) if e.is_instance_of::<FallbackRequired>(py) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let list = prompt_template.cast::<PyList>()?;
+        self.backend.rendered(py, || {
+            let s = meta.get().render_lm(list, gen_mode)?;
+            Ok(PyString::new(py, &s).into_any())
+        })
     }
 }
 

@@ -557,18 +557,18 @@ pub(crate) struct PyTemplateMethods {
 }
 
 impl PyTemplateMethods {
-    /// `rendered`, or the Python method `name` with `args` when the core gave up.
+    /// The compiled template's `render()`, or (the core gave up, or `FORCE_PYTHON`) the
+    /// Python method `name` with `args`.
     fn or_python<'py, A: pyo3::call::PyCallArgs<'py>>(
         &self,
         py: Python<'py>,
-        rendered: Option<PyResult<Bound<'py, PyAny>>>,
+        render: impl FnOnce(&PyCompiledTemplate) -> PyResult<Bound<'py, PyAny>>,
         name: &Bound<'py, PyString>,
         args: A,
     ) -> PyResult<Bound<'py, PyAny>> {
-        match rendered {
-            Some(Err(e)) if !e.is_instance_of::<crate::errors::FallbackRequired>(py) => Err(e),
-            Some(Ok(out)) => Ok(out),
-            _ => self.template.bind(py).call_method1(name, args),
+        match self.backend.rendered(py, || render(self.compiled.get()))? {
+            Some(out) => Ok(out),
+            None => self.template.bind(py).call_method1(name, args),
         }
     }
 }
@@ -617,13 +617,13 @@ impl PyTemplateMethods {
             output_field_replace_token.bind(py),
             ice_field_replace_token.bind(py),
         );
-        let rendered = if self.backend.force_python(py)? {
-            None
-        } else {
-            Some(self.compiled.get().item(entry, output_field, token, ice))
-        };
         let name = pyo3::intern!(py, "_generate_item_python");
-        self.or_python(py, rendered, name, (entry, output_field, token, ice))
+        self.or_python(
+            py,
+            |compiled| compiled.item(entry, output_field, token, ice),
+            name,
+            (entry, output_field, token, ice),
+        )
     }
 
     /// `PromptTemplate.generate_ice_item`.
@@ -633,12 +633,12 @@ impl PyTemplateMethods {
         entry: &Bound<'py, PyAny>,
         label: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let rendered = if self.backend.force_python(py)? {
-            None
-        } else {
-            Some(self.compiled.get().ice_item(entry, label))
-        };
         let name = pyo3::intern!(py, "_generate_ice_item_python");
-        self.or_python(py, rendered, name, (entry, label))
+        self.or_python(
+            py,
+            |compiled| compiled.ice_item(entry, label),
+            name,
+            (entry, label),
+        )
     }
 }
