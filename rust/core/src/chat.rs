@@ -625,9 +625,18 @@ fn format_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
         }
         Some(Value::from(map))
     };
-    let fmt = py_str(value);
-    let out =
-        crate::chat_printf::format_filter(&fmt, positional, kwargs.as_ref(), value.is_safe())?;
+    // `value % kwargs`, or `value % args` with the positional arguments as a tuple
+    let args = match kwargs {
+        Some(_) if !positional.is_empty() => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "can't handle positional and keyword arguments at the same time",
+            ));
+        }
+        Some(map) => map,
+        None => Value::from_object(Tuple::from(positional)),
+    };
+    let out = crate::chat_printf::percent_format(&py_str(value), &args, value.is_safe())?;
     Ok(keep_markup(value, out))
 }
 
@@ -664,24 +673,32 @@ fn replace_filter(
     kwargs.assert_all_used()?;
     let (s, old, new) = (py_str(value), py_str(old), py_str(new));
     let limit = count.and_then(|c| usize::try_from(c).ok());
-    if new.len() > old.len() {
-        // the size of the result, counted when the cheap upper bound is too large
-        let grow = new.len() - old.len();
-        let bound = (s.len() / old.len().max(1) + 1).min(limit.unwrap_or(usize::MAX));
-        if s.len().saturating_add(bound.saturating_mul(grow)) > MAX_RESULT {
-            let found = if old.is_empty() {
-                s.chars().count() + 1
-            } else {
-                s.matches(old.as_str()).count()
-            };
-            let n = found.min(limit.unwrap_or(usize::MAX));
-            check_result(s.len().saturating_add(n.saturating_mul(grow)), "replace")?;
-        }
+    // the result's size, counted only when the cheap bound (a match wherever one could be) is
+    // beyond the limit
+    let grow = new.len().saturating_sub(old.len());
+    let bound = (s.len() / old.len().max(1) + 1).min(limit.unwrap_or(usize::MAX));
+    if s.len().saturating_add(bound.saturating_mul(grow)) > MAX_RESULT {
+        check_result(replaced_len(&s, &old, &new, limit), "replace")?;
     }
     Ok(Value::from(match limit {
         Some(n) => s.replacen(&old, &new, n),
         None => s.replace(&old, &new),
     }))
+}
+
+/// The length of `text.replace(old, new)` with at most `limit` replacements (the matches are
+/// counted when the replacement is longer than what it replaces).
+pub(crate) fn replaced_len(text: &str, old: &str, new: &str, limit: Option<usize>) -> usize {
+    let Some(grow) = new.len().checked_sub(old.len()).filter(|&g| g > 0) else {
+        return text.len(); // at most
+    };
+    let found = if old.is_empty() {
+        text.chars().count() + 1
+    } else {
+        text.matches(old).count()
+    };
+    let n = found.min(limit.unwrap_or(usize::MAX));
+    text.len().saturating_add(n.saturating_mul(grow))
 }
 
 /// A Python function's parameters `names` from positional arguments and keyword arguments.
@@ -883,19 +900,13 @@ fn float_filter(value: &Value, default: Option<Value>) -> Result<Value, Error> {
 
 /// Python's `str.center(width)` (Jinja2's `center(value, width=80)`).
 fn center_filter(value: &Value, width: Option<i64>) -> Result<Value, Error> {
-    let s = py_str(value);
     let width = checked_width(width.unwrap_or(80), "a width")?;
-    let len = s.chars().count();
-    if len >= width {
-        return Ok(Value::from(s));
-    }
-    let marg = width - len;
-    let left = marg / 2 + (marg & width & 1);
-    let mut out = String::with_capacity(s.len() + marg);
-    out.extend(std::iter::repeat_n(' ', left));
-    out.push_str(&s);
-    out.extend(std::iter::repeat_n(' ', marg - left));
-    Ok(Value::from(out))
+    Ok(Value::from(py_justify(
+        &py_str(value),
+        "center",
+        width,
+        ' ',
+    )))
 }
 
 /// Jinja2's `truncate(s, length=255, killwords=False, end='...', leeway=5)`.
@@ -1995,23 +2006,7 @@ fn py_method(
                 return Ok(found);
             }
             "title" if args.is_empty() => return Ok(Value::from(py_title(s))),
-            "format" if format_too_wide(s) => {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    format!(
-                        "MemoryError: a width or precision in this format string is more than \
-                         promptweave renders (at most {MAX_WIDTH})"
-                    ),
-                ));
-            }
-            "format" if !fields_index_into(s) => {
-                // containers as Python's str() gives them (pycompat writes them its own way),
-                // unless a field reads into one (`{0[1]}`, `{x.y}`)
-                let args: Vec<Value> = args.iter().map(format_arg).collect();
-                return minijinja_contrib::pycompat::unknown_method_callback(
-                    state, value, method, &args,
-                );
-            }
+            "format" => return py_str_format(state, value, s, args),
             "isspace" if args.is_empty() => {
                 return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
             }
@@ -2116,48 +2111,67 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
     Some(result)
 }
 
-/// The replacement fields of a `str.format` string: the text inside each `{...}` (`{{` is a
-/// literal brace).
-fn format_fields(fmt: &str) -> impl Iterator<Item = &str> {
-    let mut rest = fmt;
-    std::iter::from_fn(move || {
-        loop {
-            let at = rest.find('{')?;
-            rest = &rest[at + 1..];
-            if let Some(after) = rest.strip_prefix('{') {
-                rest = after;
-                continue;
-            }
-            let end = rest.find('}').unwrap_or(rest.len());
-            let field = &rest[..end];
-            rest = &rest[end..];
-            return Some(field);
-        }
-    })
+/// `s.format(*args)`: minijinja-contrib's `str.format`, with a too wide field refused before
+/// it is formatted and containers given as Python's `str()` of them (pycompat writes them its
+/// own way) unless a field reads into one (`{0[1]}`, `{x.y}`).
+fn py_str_format(
+    state: &mut State<'_, '_>,
+    value: &Value,
+    s: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    let (too_wide, indexes_into) = format_fields_read(s);
+    if too_wide {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "MemoryError: a width or precision in this format string is more than \
+                 promptweave renders (at most {MAX_WIDTH})"
+            ),
+        ));
+    }
+    let converted: Vec<Value>;
+    let args = if indexes_into {
+        args
+    } else {
+        converted = args.iter().map(format_arg).collect();
+        &converted
+    };
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, "format", args)
 }
 
-/// Whether a `str.format` string asks for a width or precision beyond [`MAX_WIDTH`] (a number
-/// in a field's format spec; nested `{}` specs are refused by the formatting itself).
-fn format_too_wide(fmt: &str) -> bool {
+/// What a `str.format` string's replacement fields ask for (`{{` is a literal brace): whether
+/// a format spec has a width or precision beyond [`MAX_WIDTH`] (nested `{}` specs are refused
+/// by the formatting itself), and whether a field reads an item or attribute (`{0[1]}`,
+/// `{x.y}`).
+fn format_fields_read(fmt: &str) -> (bool, bool) {
     let too_big = |digits: &str| {
         digits
             .parse::<u128>()
             .map_or(true, |n| n > MAX_WIDTH as u128)
     };
-    format_fields(fmt).any(|field| {
-        field.split_once(':').is_some_and(|(_, spec)| {
-            spec.split(|c: char| !c.is_ascii_digit())
-                .any(|d| !d.is_empty() && too_big(d))
-        })
-    })
-}
-
-/// Whether a `str.format` string has a field reading an item or attribute (`{0[1]}`, `{x.y}`).
-fn fields_index_into(fmt: &str) -> bool {
-    format_fields(fmt).any(|field| {
-        let name = field.split([':', '!']).next().unwrap_or_default();
-        name.contains(['[', '.'])
-    })
+    let (mut too_wide, mut indexes_into) = (false, false);
+    let mut rest = fmt;
+    while let Some(at) = rest.find('{') {
+        rest = &rest[at + 1..];
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            continue;
+        }
+        let end = rest.find('}').unwrap_or(rest.len());
+        let field = &rest[..end];
+        rest = &rest[end..];
+        let (name, spec) = field.split_once(':').unwrap_or((field, ""));
+        indexes_into |= name
+            .split('!')
+            .next()
+            .unwrap_or_default()
+            .contains(['[', '.']);
+        too_wide |= spec
+            .split(|c: char| !c.is_ascii_digit())
+            .any(|d| !d.is_empty() && too_big(d));
+    }
+    (too_wide, indexes_into)
 }
 
 /// A `str.format` argument: a container as Python's `str()` of it, anything else as it is.
@@ -2195,10 +2209,10 @@ const MAX_WIDTH: usize = 1 << 24;
 
 /// The largest string one of our filters or methods makes (a larger one is an error, found
 /// before it is allocated).
-const MAX_RESULT: usize = 1 << 31;
+pub(crate) const MAX_RESULT: usize = 1 << 31;
 
 /// An error when a result of `bytes` would be beyond [`MAX_RESULT`].
-fn check_result(bytes: usize, what: &str) -> Result<(), Error> {
+pub(crate) fn check_result(bytes: usize, what: &str) -> Result<(), Error> {
     if bytes > MAX_RESULT {
         return Err(Error::new(
             ErrorKind::InvalidOperation,
@@ -2213,7 +2227,7 @@ fn check_result(bytes: usize, what: &str) -> Result<(), Error> {
 
 /// A width-like count `n` (negative: 0), or an error naming `what` when it is beyond
 /// [`MAX_WIDTH`].
-fn checked_width(n: i64, what: &str) -> Result<usize, Error> {
+pub(crate) fn checked_width(n: i64, what: &str) -> Result<usize, Error> {
     let n = usize::try_from(n).unwrap_or(0);
     if n > MAX_WIDTH {
         return Err(Error::new(

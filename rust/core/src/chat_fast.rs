@@ -81,20 +81,13 @@ thread_local! {
 /// The budget of one render (the full engine's fuel in units).
 const BUDGET_UNITS: u64 = crate::chat::FUEL * 64;
 
-/// Spends the size of `text.replace(old, new)` before it is made, when it grows the text.
-fn spend_on_replace(text: &str, old: &str, new: &str) -> R<()> {
-    if new.len() <= old.len() {
-        return Ok(());
+/// `text.replace(old, new)`, its size spent from the budget before it is made when it grows
+/// the text.
+fn replaced(text: &str, old: &str, new: &str) -> R<String> {
+    if new.len() > old.len() {
+        spend(crate::chat::replaced_len(text, old, new, None))?;
     }
-    let n = if old.is_empty() {
-        text.chars().count() + 1
-    } else {
-        text.matches(old).count()
-    };
-    spend(
-        text.len()
-            .saturating_add(n.saturating_mul(new.len() - old.len())),
-    )
+    Ok(text.replace(old, new))
 }
 
 /// Spends `units` of the render's budget; `Bail` when it runs out.
@@ -2500,10 +2493,11 @@ impl<'a> Machine<'a, '_> {
                 else {
                     return Err(Bail);
                 };
-                spend_on_replace(text, old.as_str(), new.as_str())?;
-                Ok(V::Str(S::O(Rc::from(
-                    text.replace(old.as_str(), new.as_str()),
-                ))))
+                Ok(V::Str(S::O(Rc::from(replaced(
+                    text,
+                    old.as_str(),
+                    new.as_str(),
+                )?))))
             }
             MethodKind::Upper | MethodKind::Lower => self.filter(
                 if matches!(kind, MethodKind::Upper) {

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Error, ErrorKind};
 
-use crate::chat::{html_escape, py_str, py_str_repr};
+use crate::chat::{check_result, checked_width, html_escape, py_str, py_str_repr};
 
 fn type_error(msg: impl Into<String>) -> Error {
     Error::new(
@@ -77,41 +77,6 @@ pub(crate) fn percent_format(fmt: &str, args: &Value, markup: bool) -> Result<St
     Ok(out)
 }
 
-/// Jinja2's `format` filter: `fmt % args` with the positional arguments as a tuple, or
-/// `fmt % kwargs` (a mapping).
-pub(crate) fn format_filter(
-    fmt: &str,
-    positional: Vec<Value>,
-    kwargs: Option<&Value>,
-    markup: bool,
-) -> Result<String, Error> {
-    if kwargs.is_some() && !positional.is_empty() {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            "can't handle positional and keyword arguments at the same time",
-        ));
-    }
-    let mut a = match kwargs {
-        Some(map) => Args {
-            items: vec![map.clone()],
-            next: 0,
-            mapping: Some(map),
-        },
-        None => Args {
-            items: positional,
-            next: 0,
-            mapping: None,
-        },
-    };
-    let out = format_with(fmt, &mut a, markup)?;
-    if a.next < a.items.len() && a.mapping.is_none() {
-        return Err(type_error(
-            "not all arguments converted during string formatting",
-        ));
-    }
-    Ok(out)
-}
-
 /// A conversion's flags, width and precision.
 #[derive(Default, Clone, Copy)]
 #[allow(clippy::struct_excessive_bools)] // Python's five independent flags
@@ -124,13 +89,6 @@ struct Spec {
     width: usize,
     precision: Option<usize>,
 }
-
-/// A width or precision: Python refuses one that does not fit its `Py_ssize_t`; a huge one
-/// would be a huge string, which is refused here too.
-const MAX_WIDTH: usize = 1 << 20;
-
-/// The most bytes one formatting makes (each conversion adds at most about [`MAX_WIDTH`]).
-const MAX_OUTPUT: usize = 1 << 31;
 
 /// The format string's characters and the reading position (Python reports character
 /// indices).
@@ -224,11 +182,7 @@ fn format_with(fmt: &str, args: &mut Args<'_>, markup: bool) -> Result<String, E
         };
         let body = convert(conv, &value, &mut spec, markup, cur.pos - 1)?;
         pad(&mut out, &body, &spec, conv);
-        if out.len() > MAX_OUTPUT {
-            return Err(value_error(format!(
-                "the formatted string is more than {MAX_OUTPUT} bytes"
-            )));
-        }
+        check_result(out.len(), "%-formatting")?;
     }
     Ok(out)
 }
@@ -261,8 +215,10 @@ fn parse_spec(cur: &mut Cursor, args: &mut Args<'_>) -> Result<Spec, Error> {
             cur.number()
         });
     }
-    if spec.width > MAX_WIDTH || spec.precision.is_some_and(|p| p > MAX_WIDTH) {
-        return Err(value_error("width or precision too big"));
+    // a huge width or precision would be a huge string: the engine's limit on widths
+    checked_width(i64::try_from(spec.width).unwrap_or(i64::MAX), "a width")?;
+    if let Some(p) = spec.precision {
+        checked_width(i64::try_from(p).unwrap_or(i64::MAX), "a precision")?;
     }
     while matches!(cur.peek(), Some('h' | 'l' | 'L')) {
         cur.pos += 1;
