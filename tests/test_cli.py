@@ -254,6 +254,27 @@ def test_render_without_train_draws_examples_from_the_test_rows(work: Path) -> N
     assert records(limited.stdout) == recs[:1]
 
 
+def test_render_same_split_config_ignores_train_with_a_warning(work: Path) -> None:
+    """A reader config with train_split == test_split (SciEval's: 'test') reads the examples
+    from the test rows, as the reference's DatasetReader does; a --train file is then unused,
+    and the CLI says so."""
+    cfg = DIALOGUE_CFG.replace(
+        "output_column='answer')", "output_column='answer', train_split='test')"
+    )
+    assert cfg != DIALOGUE_CFG
+    (work / "same_cfg.py").write_text(cfg, "utf-8")
+    args = ["render", "same_cfg.py", "--data", "test.jsonl", "--model", "model.py"]
+    alone = ok(work, *args)
+    assert "warning" not in alone.stderr
+    given = ok(work, *args, "--train", "train.jsonl")
+    assert given.stdout == alone.stdout
+    assert records(given.stdout)[1]["prompt"] == chatml_expected(ROWS[1], [ROWS[0], ROWS[2]])
+    notes = [line for line in given.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(notes) == 1, given.stderr
+    assert "both 'test'" in notes[0]
+    assert f"the {len(TRAIN)} train rows given are not used" in notes[0]
+
+
 def test_render_ppl_label_dict(work: Path) -> None:
     recs = records(
         ok(work, "render", "ppl_cfg.py", "--data", "test.jsonl", "--model", "model.py").stdout

@@ -56,7 +56,11 @@ from _wheels import configs_root  # noqa: E402
 from promptweave import _backend, _core  # noqa: E402
 from promptweave.config import load_config, meta_template_of  # noqa: E402
 from promptweave.dataset import DatasetRenderer, _type_name  # noqa: E402
-from promptweave.errors import PromptRenderError, UnknownRoleError  # noqa: E402
+from promptweave.errors import (  # noqa: E402
+    PromptRenderError,
+    SameSplitWarning,
+    UnknownRoleError,
+)
 from promptweave.retrievers import partial_indices  # noqa: E402
 
 FLAVOR = {"oc": "opencompass", "ais": "aisbench"}
@@ -1087,7 +1091,13 @@ def test_from_loaded_like_base_dataset(fw: str, reference: dict[str, Any]) -> No
     checked = 0
     for j, (train_range, test_range) in enumerate(READER_RANGES):
         for n in (1, 2, 3):
-            for two, names in ((False, ("train", "test")), (True, ("dev", "val"))):
+            # ("test", "test"): one split read as both (SciEval's reader config); the train
+            # rows given are not used, with a warning
+            for two, names in (
+                (False, ("train", "test")),
+                (True, ("dev", "val")),
+                (True, ("test", "test")),
+            ):
                 reader = {"input_columns": ["q"], "output_column": "a"}
                 reader.update(train_range=train_range, test_range=test_range)
                 reader.update(train_split=names[0], test_split=names[1])
@@ -1095,25 +1105,27 @@ def test_from_loaded_like_base_dataset(fw: str, reference: dict[str, Any]) -> No
                     ref = _golden_ns.reference_base_dataset(
                         M, test, train if two else None, reader, abbr=f"ds{j}", n=n
                     )
-                ours = Dataset.from_loaded(
-                    test,
-                    train if two else None,
-                    flavor=FLAVOR[fw],
-                    abbr=f"ds{j}",
-                    n=n,
-                    train_range=train_range,
-                    test_range=test_range,
-                    train_split=names[0],
-                    test_split=names[1],
-                )
-                where = (train_range, test_range, n, two)
+                same = names[0] == names[1]
+                with pytest.warns(SameSplitWarning) if same else contextlib.nullcontext():
+                    ours = Dataset.from_loaded(
+                        test,
+                        train if two else None,
+                        flavor=FLAVOR[fw],
+                        abbr=f"ds{j}",
+                        n=n,
+                        train_range=train_range,
+                        test_range=test_range,
+                        train_split=names[0],
+                        test_split=names[1],
+                    )
+                where = (train_range, test_range, n, names)
                 assert repr(ours.test) == repr([dict(r) for r in ref.test]), where
                 assert repr(ours.train) == repr([dict(r) for r in ref.train]), where
                 pairs = zip(ours.test_indices, ours.test, strict=True)
                 got = [(test[i]["q"], r["q"]) for i, r in pairs]
                 assert all(a == b for a, b in got), where
                 checked += 1
-    assert checked == len(READER_RANGES) * 6
+    assert checked == len(READER_RANGES) * 9
 
 
 def test_reader_range_errors_are_clear() -> None:
@@ -1163,7 +1175,11 @@ def test_loaded_rows(fw: str, reference: dict[str, Any]) -> None:
             one_split = j % 2 == 0 and names[0] in (None, "train") and names[1] in (None, "test")
             split: dict[str, Any] = {"train": None} if one_split else {}
             loaded = {"base": {"abbr": f"ds{k}", "n": n}, **split}
-            ours, _ = _check_run(ranged, M, rows, meta, case.mode, loaded=loaded)
+            # a config reading both splits from one (SciEval: train_split='test') makes the
+            # loaded data one split of that name: the train rows given are not used
+            same = (names[0] or "train") == (names[1] or "test") and not one_split
+            with pytest.warns(SameSplitWarning) if same else contextlib.nullcontext():
+                ours, _ = _check_run(ranged, M, rows, meta, case.mode, loaded=loaded)
             if isinstance(ours, BaseException):
                 continue
             size = prepared_test_size(len(rows.test), n=n, test_range=test_range, flavor=FLAVOR[fw])

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import unicodedata
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -938,7 +939,9 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--train",
             metavar="FILE",
-            help="Rows the in-context examples are drawn from (default: the test rows).",
+            help="Rows the in-context examples are drawn from (default: the test rows). "
+            "Unused, with a warning, when the config's reader takes both splits from one "
+            "(train_split == test_split), as the reference does.",
         ),
         click.option(
             "--dataset",
@@ -1165,7 +1168,20 @@ def demo() -> None:
         )
 
 
+def _warning_note(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """Python warnings (the library's, e.g. an unused train split) as the CLI's own notes."""
+    _note(f"warning: {message}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``promptweave`` script and of ``python -m promptweave``."""
     color = False if os.environ.get("NO_COLOR") else None
+    warnings.showwarning = _warning_note
     cli.main(args=list(argv) if argv is not None else None, color=color)

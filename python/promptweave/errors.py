@@ -36,6 +36,7 @@ __all__ = [
     "PromptRenderError",
     "PromptTypeError",
     "RetrieverError",
+    "SameSplitWarning",
     "TemplateError",
     "TemplateStructureError",
     "UnknownRoleError",
@@ -163,6 +164,11 @@ class ChatInputError(ChatTemplateError, ValueError):
 
 class DoubleBosWarning(UserWarning):
     """The rendered chat starts with the BOS token and the tokenizer will add another one."""
+
+
+class SameSplitWarning(UserWarning):
+    """Loaded data with a train split given, for a reader config whose ``train_split`` is its
+    ``test_split``: the in-context examples come from the test rows, as in the reference."""
 
 
 class DoubleBosError(ChatTemplateError, ValueError):

@@ -42,6 +42,7 @@ from promptweave.errors import (
     PromptRenderError,
     PromptTypeError,
     RetrieverError,
+    SameSplitWarning,
     TemplateError,
     make_error,
 )
@@ -274,6 +275,16 @@ def prepare_loaded(
         raise make_error(
             RetrieverError, f"n (the dataset's repetition count) must be >= 1, got {n}"
         )
+    if train is not None and train_split == test_split:
+        # the loaded data has one split of that name: the reader takes both from it
+        warnings.warn(
+            f"the reader config takes the in-context examples from the test rows' own split "
+            f"(train_split and test_split are both {test_split!r}), as the reference's "
+            f"DatasetReader does: the {len(train)} train rows given are not used",
+            SameSplitWarning,
+            stacklevel=3,
+        )
+        train = test
     single = train is None
     train_rows = list(test if train is None else train)
     test_rows = list(test)
