@@ -68,7 +68,7 @@ FLAVOR = {"oc": "opencompass", "ais": "aisbench"}
 #: minimum number of config FILES rendered and compared per framework
 MIN_FILES = {"oc": 200, "ais": 40}
 #: sampling of the qualifying files (sorted; every k-th) to keep the run short
-FILE_STEP = {"oc": 2, "ais": 1}
+FILE_STEP = {"oc": 1, "ais": 1}
 #: distinct dataset configs compared per file at most
 MAX_DATASETS_PER_FILE = 2
 
