@@ -38,6 +38,7 @@ import random
 import re
 import sys
 import time
+import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1141,6 +1142,37 @@ def test_reader_range_errors_are_clear() -> None:
     infer = {"prompt_template": {"type": "PromptTemplate", "template": "{q}"}}
     with pytest.raises(ValueError, match="test_range"):
         DatasetRenderer(infer, {"input_columns": ["q"], "test_range": "rows 0-5"})
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_loaded_rows_of_every_config(fw: str, reference: dict[str, Any]) -> None:
+    """The CLI's default: the rows are the dataset's loaded data, prepared with each config's
+    own reader config (its split names -- ``train_split='test'`` in about 200 of them --, its
+    ranges), as one split or two, for every config of the corpus. Where the config reads both
+    splits from one, the train split given is unused, with a ``SameSplitWarning``."""
+    M = reference[fw]
+    metas = _metas()
+    checked = same_split = 0
+    for k, case in enumerate(_corpus(fw).cases):
+        rows = make_rows(case, seed_extra="loaded-own")
+        assert not isinstance(rows, str)
+        names = (
+            case.reader_cfg.get("train_split") or "train",
+            case.reader_cfg.get("test_split") or "test",
+        )
+        # one split (a Dataset) works in the reference only under the default split names
+        one_split = k % 2 == 0 and names == ("train", "test")
+        loaded = {"base": {"abbr": f"ds{k}", "n": 1}, **({"train": None} if one_split else {})}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            ours, _ = _check_run(case, M, rows, metas[k % len(metas)], case.mode, loaded=loaded)
+        warned = any(issubclass(w.category, SameSplitWarning) for w in seen)
+        if not isinstance(ours, BaseException):
+            assert warned == (names[0] == names[1] and not one_split), case.rel
+            same_split += warned
+            checked += 1
+    assert checked >= MIN_FILES[fw]
+    assert same_split >= 5
 
 
 @pytest.mark.parametrize("fw", ["oc", "ais"])
