@@ -175,6 +175,9 @@ def test_installed_methods_equal_the_class_methods(reference: dict[str, Any], fw
             mp.setattr(_backend, "FORCE_PYTHON", True)
             assert ours.generate_item({"question": "f"}) == ref.generate_item({"question": "f"})
         assert _backend.fallbacks == fallbacks + 2
+        # the switch is back: the Rust method renders again
+        assert ours.generate_item({"question": "g"}) == ref.generate_item({"question": "g"})
+        assert _backend.fallbacks == fallbacks + 2
     with pytest.raises(TypeError, match="entry"):
         ours.generate_item()
 

@@ -14,6 +14,9 @@ class MarkerError(ValueError):
     ``args`` is ``(message, tag or None, character position)``.
     """
 
+def _set_force_python(on: bool) -> None:
+    """The core's copy of ``promptweave._backend.FORCE_PYTHON`` (set by that module)."""
+
 def parse_content(content: str, strict: bool = False) -> list[tuple[str, str]]:
     """The ``<AIS_*>`` parts of ``content`` as ``(kind, payload)``, kind ``'text'``,
     ``'image'``, ``'video'`` or ``'audio'``; ``strict`` raises ``MarkerError`` for anything but

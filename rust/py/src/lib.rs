@@ -18,7 +18,7 @@ mod _core {
     #[pymodule_export]
     use crate::dataset::render_dataset;
     #[pymodule_export]
-    use crate::errors::{FallbackRequired, MarkerError};
+    use crate::errors::{FallbackRequired, MarkerError, set_force_python};
     #[pymodule_export]
     use crate::flows::{render_mm_rows, render_raw_rows};
     #[pymodule_export]

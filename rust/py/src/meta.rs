@@ -220,8 +220,7 @@ impl PyLmParse {
         if let Some(meta) = &self.meta {
             visit.call(meta)?;
         }
-        visit.call(&self.prompt_list)?;
-        self.backend.visit(&visit)
+        visit.call(&self.prompt_list)
     }
 
     fn parse_template<'py>(

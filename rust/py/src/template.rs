@@ -594,8 +594,7 @@ impl PyTemplateMethods {
     #[allow(clippy::needless_pass_by_value)]
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         visit.call(&self.template)?;
-        visit.call(&self.compiled)?;
-        self.backend.visit(&visit)
+        visit.call(&self.compiled)
     }
 
     /// `PromptTemplate.generate_item`, with its signature and defaults.
