@@ -62,6 +62,7 @@ if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
 import bench_render as B  # noqa: E402  (the row generators, templates and the reference loop)
+from conftest import GLIBC_THRESHOLDS_FIXED  # noqa: E402
 
 Row = dict[str, Any]
 
@@ -508,7 +509,13 @@ def test_reference(benchmark: Any, wl: DatasetWorkload, ours: Any, reference: An
     kw = wl.reference_kwargs(reference)
     loop = render_label_rows if wl.mode == "ppl" else B.render_rows
     benchmark.group = _group(wl, "subset")
-    benchmark.extra_info.update(workload=wl.name, impl="reference", rows=n, path="dataset")
+    benchmark.extra_info.update(
+        workload=wl.name,
+        impl="reference",
+        rows=n,
+        path="dataset",
+        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
+    )
     got = benchmark.pedantic(
         loop,
         args=(reference, rows, wl.train()),
@@ -533,7 +540,12 @@ def test_ours(benchmark: Any, wl: DatasetWorkload, size: str, ours: Any, referen
     renderer = wl.renderer()
     benchmark.group = _group(wl, size)
     benchmark.extra_info.update(
-        workload=wl.name, impl="ours", rows=n, path="dataset", threads=renderer.threads
+        workload=wl.name,
+        impl="ours",
+        rows=n,
+        path="dataset",
+        threads=renderer.threads,
+        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
     )
     fallbacks = _backend.fallbacks
     result = B.time_render(benchmark, wl, renderer, rows, train, size)
@@ -555,7 +567,12 @@ def test_floor(benchmark: Any, wl: DatasetWorkload, size: str, ours: Any, refere
     encoded = [s.encode() for s in want]
     benchmark.group = _group(wl, size)
     benchmark.extra_info.update(
-        workload=wl.name, impl="floor", rows=n, path="dataset", strings=len(encoded)
+        workload=wl.name,
+        impl="floor",
+        rows=n,
+        path="dataset",
+        strings=len(encoded),
+        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
     )
     got = benchmark.pedantic(
         decode_all,
@@ -575,7 +592,13 @@ def test_w1_format_map(benchmark: Any, size: str, ours: Any, reference: Any) -> 
     n = _n(benchmark, wl, size)
     rows = wl.rows(n)
     benchmark.group = _group(wl, size)
-    benchmark.extra_info.update(workload=wl.name, impl="format_map", rows=n, path="dataset")
+    benchmark.extra_info.update(
+        workload=wl.name,
+        impl="format_map",
+        rows=n,
+        path="dataset",
+        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
+    )
     got = benchmark.pedantic(
         format_map_rows,
         args=(wl.format_map, rows),

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import sys
@@ -21,7 +22,32 @@ import pytest
 
 REQUIRE_REFERENCE_ENV = "PROMPTWEAVE_REQUIRE_REFERENCE"
 GOLDEN_DIR_ENV = "PROMPTWEAVE_GOLDEN_DIR"
+GLIBC_DEFAULTS_ENV = "PROMPTWEAVE_BENCH_GLIBC_DEFAULTS"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _keep_freed_memory() -> bool:
+    """Fix glibc's thresholds for this process (``mallopt``): freed memory stays in the process
+    and large blocks come from the heap, so that a round reuses what the previous one freed,
+    whichever implementation runs it. With glibc's adaptive defaults, whether the top of the
+    heap goes back to the system when a result is freed depends on where earlier allocations
+    happen to sit: a round then faults its whole output in again (about 2 us per 4 KiB page
+    here), which decided full-size medians by luck (ours and the floor build the same strings;
+    the floor's input, made just before its rounds, sat above the hole its output reuses).
+    ``PROMPTWEAVE_BENCH_GLIBC_DEFAULTS=1`` keeps the defaults. Returns whether it was done."""
+    if os.environ.get(GLIBC_DEFAULTS_ENV, "") not in ("", "0"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    trim = mallopt(m_trim_threshold, 2**31 - 1)
+    mmap = mallopt(m_mmap_threshold, 32 * 1024 * 1024)  # glibc's largest on 64-bit
+    return bool(trim and mmap)
+
+
+GLIBC_THRESHOLDS_FIXED = _keep_freed_memory()
 
 
 def golden_dir() -> Path:

@@ -163,6 +163,20 @@ def _x(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}x"
 
 
+def _glibc_note(data: dict[str, Any]) -> str:
+    """How the benchmark process's allocator was set (benches/README, whole-dataset section)."""
+    fixed = {
+        (b.get("extra_info") or {}).get("glibc_fixed")
+        for b in data.get("benchmarks", [])
+        if (b.get("extra_info") or {}).get("path") == "dataset"
+    }
+    if fixed == {True}:
+        return "glibc: trim/mmap thresholds fixed, freed memory reused by every implementation"
+    if fixed == {False}:
+        return "glibc: adaptive defaults (full-size floors depend on the heap's layout)"
+    return "glibc: thresholds not recorded"
+
+
 def summarize_dataset(data: dict[str, Any]) -> str:
     """The whole-dataset section: per workload, speed-ups, floors, memory and the targets."""
     by: dict[str, dict[tuple[str, str], dict[str, Any]]] = defaultdict(dict)
@@ -194,6 +208,7 @@ def summarize_dataset(data: dict[str, Any]) -> str:
         "  ref/ours: medians on the same subset; ref/ours-full: reference per row (subset) /",
         "  ours per row (full size); floor: [b.decode() for b in utf8] of the same strings;",
         "  format_map: W1's str.format_map loop. Targets are reported, not asserted.",
+        "  " + _glibc_note(data),
         "",
         f"  {'workload':<9}{'rows':>13}{'ref/row':>11}{'ours/row':>11}{'full/row':>11}"
         f"{'ref/ours':>10}{'ref/full':>10}{'/floor':>8}{'/floor-f':>9}{'/fmap-f':>9}",
