@@ -166,9 +166,9 @@ def _x(value: float | None, digits: int = 1) -> str:
 def _glibc_note(data: dict[str, Any]) -> str:
     """How the benchmark process's allocator was set (benches/README, whole-dataset section)."""
     fixed = {
-        (b.get("extra_info") or {}).get("glibc_fixed")
-        for b in data.get("benchmarks", [])
-        if (b.get("extra_info") or {}).get("path") == "dataset"
+        info["glibc_fixed"]
+        for info in (b.get("extra_info") or {} for b in data.get("benchmarks", []))
+        if info.get("path") == "dataset" and "glibc_fixed" in info
     }
     if fixed == {True}:
         return "glibc: trim/mmap thresholds fixed, freed memory reused by every implementation"
