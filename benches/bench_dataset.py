@@ -496,6 +496,21 @@ def _group(wl: DatasetWorkload, size: str) -> str:
     return wl.group + ("-full" if size == "full" else "")
 
 
+def _timed(
+    benchmark: Any, wl: DatasetWorkload, size: str, impl: str, rows: int, **info: Any
+) -> None:
+    """Name a timed benchmark's group and record what report.py reads of it."""
+    benchmark.group = _group(wl, size)
+    benchmark.extra_info.update(
+        workload=wl.name,
+        impl=impl,
+        rows=rows,
+        path="dataset",
+        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
+        **info,
+    )
+
+
 # --------------------------------------------------------------------------- the tests
 
 SIZES = ["subset", "full"]
@@ -508,14 +523,7 @@ def test_reference(benchmark: Any, wl: DatasetWorkload, ours: Any, reference: An
     rows = wl.rows(n)
     kw = wl.reference_kwargs(reference)
     loop = render_label_rows if wl.mode == "ppl" else B.render_rows
-    benchmark.group = _group(wl, "subset")
-    benchmark.extra_info.update(
-        workload=wl.name,
-        impl="reference",
-        rows=n,
-        path="dataset",
-        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
-    )
+    _timed(benchmark, wl, "subset", "reference", n)
     got = benchmark.pedantic(
         loop,
         args=(reference, rows, wl.train()),
@@ -538,15 +546,7 @@ def test_ours(benchmark: Any, wl: DatasetWorkload, size: str, ours: Any, referen
     n = _n(benchmark, wl, size)
     rows, train = wl.rows(n), wl.train()
     renderer = wl.renderer()
-    benchmark.group = _group(wl, size)
-    benchmark.extra_info.update(
-        workload=wl.name,
-        impl="ours",
-        rows=n,
-        path="dataset",
-        threads=renderer.threads,
-        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
-    )
+    _timed(benchmark, wl, size, "ours", n, threads=renderer.threads)
     fallbacks = _backend.fallbacks
     result = B.time_render(benchmark, wl, renderer, rows, train, size)
     check(result.prompts, expected(reference, wl, n), f"{wl.name} ours ({n} rows)")
@@ -565,15 +565,7 @@ def test_floor(benchmark: Any, wl: DatasetWorkload, size: str, ours: Any, refere
     n = _n(benchmark, wl, size)
     want = flat_strings(expected(reference, wl, n))
     encoded = [s.encode() for s in want]
-    benchmark.group = _group(wl, size)
-    benchmark.extra_info.update(
-        workload=wl.name,
-        impl="floor",
-        rows=n,
-        path="dataset",
-        strings=len(encoded),
-        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
-    )
+    _timed(benchmark, wl, size, "floor", n, strings=len(encoded))
     got = benchmark.pedantic(
         decode_all,
         args=(encoded,),
@@ -591,14 +583,7 @@ def test_w1_format_map(benchmark: Any, size: str, ours: Any, reference: Any) -> 
     assert wl.format_map is not None
     n = _n(benchmark, wl, size)
     rows = wl.rows(n)
-    benchmark.group = _group(wl, size)
-    benchmark.extra_info.update(
-        workload=wl.name,
-        impl="format_map",
-        rows=n,
-        path="dataset",
-        glibc_fixed=GLIBC_THRESHOLDS_FIXED,
-    )
+    _timed(benchmark, wl, size, "format_map", n)
     got = benchmark.pedantic(
         format_map_rows,
         args=(wl.format_map, rows),
