@@ -273,6 +273,9 @@ def test_render_same_split_config_ignores_train_with_a_warning(work: Path) -> No
     assert len(notes) == 1, given.stderr
     assert "both 'test'" in notes[0]
     assert f"the {len(TRAIN)} train rows given are not used" in notes[0]
+    shown = ok(work, "show", "same_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl")
+    assert "train rows: the test rows (train_split == test_split == 'test')" in shown.stdout
+    assert f"{len(TRAIN)} train rows" not in shown.stdout
 
 
 def test_render_ppl_label_dict(work: Path) -> None:

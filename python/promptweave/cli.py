@@ -280,9 +280,15 @@ class _Job:
         """``'5 test rows, 12 train rows'``, with what selects and repeats them."""
         r = self.renderer
         parts = []
+        # loaded data whose reader reads both splits from one: the examples come from the test
+        # rows (prepare_loaded warns that a --train file is unused)
+        same = self.loaded and self.own_train and r.train_split == r.test_split
         for split, rows in (("test", self.test), ("train", self.train)):
             size = getattr(r, f"{split}_range") if self.loaded else None
-            text = f"{len(rows):,} {split} rows"
+            if split == "train" and same:
+                text = f"train rows: the test rows (train_split == test_split == {r.test_split!r})"
+            else:
+                text = f"{len(rows):,} {split} rows"
             if size is not None:
                 text += f" ({split}_range {size!r})"
             parts.append(text)
