@@ -552,6 +552,13 @@ def test_csv_row_with_wrong_field_count(work: Path) -> None:
     assert err == "error: bad.csv:3: 2 fields, the header has 4"
 
 
+def test_csv_header_naming_a_column_twice(work: Path) -> None:
+    """csv.DictReader would keep the last of two same-named columns without a word."""
+    (work / "dup.csv").write_text("question,A,A,B,answer\nq,1,2,3,A\n", "utf-8")
+    err = fails(work, "render", "string_cfg.py", "--data", "dup.csv")
+    assert err == "error: dup.csv:1: the header names a column more than once: 'A'"
+
+
 def test_unknown_data_format(work: Path) -> None:
     (work / "test.txt").write_text("hello", "utf-8")
     assert "unknown data format '.txt'" in fails(

@@ -214,6 +214,10 @@ def _read_csv(
             header = next(reader, None)
             if header is None:
                 return rows
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                names = ", ".join(repr(c) for c in twice)
+                raise CliError(f"{name}:1: the header names a column more than once: {names}")
             for record in reader:
                 if not record:
                     continue
