@@ -717,9 +717,9 @@ fn named_params<const N: usize>(
     for (slot, name) in params.iter_mut().zip(names) {
         if kwargs.has(name) {
             if slot.is_some() {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    format!("TypeError: got multiple values for argument '{name}'"),
+                return Err(py_error(
+                    "TypeError",
+                    format_args!("got multiple values for argument '{name}'"),
                 ));
             }
             *slot = Some(kwargs.get::<Value>(name)?);
@@ -771,10 +771,10 @@ fn py_splitlines(s: &str) -> Vec<&str> {
 #[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
 fn indent_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     let Some(text) = value.as_str() else {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!(
-                "AttributeError: '{}' object has no attribute 'splitlines'",
+        return Err(py_error(
+            "AttributeError",
+            format_args!(
+                "'{}' object has no attribute 'splitlines'",
                 py_type_name(value)
             ),
         ));
@@ -858,10 +858,7 @@ fn join_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value
         return Ok(Value::from(""));
     }
     if value.is_none() {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            "TypeError: 'NoneType' object is not iterable",
-        ));
+        return Err(py_error("TypeError", "'NoneType' object is not iterable"));
     }
     let path = attribute.filter(|a| !a.is_none()).map(|a| py_str(&a));
     let mut out = String::new();
@@ -928,15 +925,15 @@ fn truncate_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<V
     let end = end.map_or_else(|| "...".to_owned(), |e| py_str(&e));
     let end_len = i64::try_from(end.chars().count()).unwrap_or(i64::MAX);
     if length < end_len {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("AssertionError: expected length >= {end_len}, got {length}"),
+        return Err(py_error(
+            "AssertionError",
+            format_args!("expected length >= {end_len}, got {length}"),
         ));
     }
     if leeway < 0 {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("AssertionError: expected leeway >= 0, got {leeway}"),
+        return Err(py_error(
+            "AssertionError",
+            format_args!("expected leeway >= 0, got {leeway}"),
         ));
     }
     let Some(s) = value.as_str() else {
@@ -991,9 +988,9 @@ fn add_python_semantics(env: &mut Environment<'static>) {
         |v: Value, binary: Option<bool>| -> Result<String, Error> {
             let size = match v.as_str() {
                 Some(s) => py_float_str(s).ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidOperation,
-                        format!("ValueError: could not convert string to float: {s:?}"),
+                    py_error(
+                        "ValueError",
+                        format_args!("could not convert string to float: {s:?}"),
                     )
                 })?,
                 None => f64::try_from(v)?,
@@ -1816,12 +1813,7 @@ fn int_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value,
             i64::try_from(b)
                 .ok()
                 .and_then(|b| u32::try_from(b).ok())
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidOperation,
-                        "ValueError: int() base must be >= 2 and <= 36, or 0",
-                    )
-                })?,
+                .ok_or_else(|| py_error("ValueError", "int() base must be >= 2 and <= 36, or 0"))?,
         ),
     };
     if value.is_undefined() {
@@ -2049,10 +2041,10 @@ fn py_method(
                 return Ok(Value::from(i));
             }
         }
-        let mut m = String::from("ValueError: ");
+        let mut m = String::new();
         write_py_repr(&mut m, needle, 0);
         m.push_str(" is not in list");
-        return Err(Error::new(ErrorKind::InvalidOperation, m));
+        return Err(py_error("ValueError", m));
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
@@ -2060,7 +2052,6 @@ fn py_method(
 /// More of Python's `str` methods: `swapcase`, `casefold`, `istitle`, `zfill`, `center`,
 /// `ljust`, `rjust`, `partition`, `rpartition`, `expandtabs` (`None`: not one of them).
 fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, Error>> {
-    let type_error = |m: &str| Error::new(ErrorKind::InvalidOperation, format!("TypeError: {m}"));
     let result = match (method, args) {
         ("swapcase", []) => Ok(Value::from(py_swapcase(s))),
         ("casefold", []) => Ok(Value::from(s.to_lowercase().replace('ß', "ss"))),
@@ -2074,17 +2065,15 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
             match (chars.next(), chars.next()) {
                 (Some(c), None) => width_arg(std::slice::from_ref(width), 0)
                     .map(|w| Value::from(py_justify(s, method, w, c))),
-                _ => Err(type_error(
+                _ => Err(py_error(
+                    "TypeError",
                     "The fill character must be exactly one character long",
                 )),
             }
         }
         ("partition" | "rpartition", [sep]) => match sep.as_str() {
-            None => Err(type_error("must be str")),
-            Some("") => Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "ValueError: empty separator",
-            )),
+            None => Err(py_error("TypeError", "must be str")),
+            Some("") => Err(py_error("ValueError", "empty separator")),
             Some(sep) => {
                 let found = if method == "partition" {
                     s.find(sep)
@@ -2103,7 +2092,7 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
         },
         ("expandtabs", []) => py_expandtabs(s, 8).map(Value::from),
         ("expandtabs", [size]) => i64::try_from(size.clone())
-            .map_err(|_| type_error("an integer is required"))
+            .map_err(|_| py_error("TypeError", "an integer is required"))
             .and_then(|n| py_expandtabs(s, n))
             .map(Value::from),
         _ => return None,
@@ -2122,11 +2111,11 @@ fn py_str_format(
 ) -> Result<Value, Error> {
     let (too_wide, indexes_into) = format_fields_read(s);
     if too_wide {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!(
-                "MemoryError: a width or precision in this format string is more than \
-                 promptweave renders (at most {MAX_WIDTH})"
+        return Err(py_error(
+            "MemoryError",
+            format_args!(
+                "a width or precision in this format string is more than promptweave renders \
+                 (at most {MAX_WIDTH})"
             ),
         ));
     }
@@ -2211,14 +2200,23 @@ const MAX_WIDTH: usize = 1 << 24;
 /// before it is allocated).
 pub(crate) const MAX_RESULT: usize = 1 << 31;
 
+/// A Python exception raised while rendering, as Jinja2 reports it: its name, then its message
+/// (`TypeError: must be str`).
+pub(crate) fn py_error(exception: &str, message: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("{exception}: {message}"),
+    )
+}
+
 /// An error when a result of `bytes` would be beyond [`MAX_RESULT`].
 pub(crate) fn check_result(bytes: usize, what: &str) -> Result<(), Error> {
     if bytes > MAX_RESULT {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!(
-                "MemoryError: {what} would make a string of {bytes} bytes, more than \
-                 promptweave renders (at most {MAX_RESULT})"
+        return Err(py_error(
+            "MemoryError",
+            format_args!(
+                "{what} would make a string of {bytes} bytes, more than promptweave renders \
+                 (at most {MAX_RESULT})"
             ),
         ));
     }
@@ -2230,11 +2228,9 @@ pub(crate) fn check_result(bytes: usize, what: &str) -> Result<(), Error> {
 pub(crate) fn checked_width(n: i64, what: &str) -> Result<usize, Error> {
     let n = usize::try_from(n).unwrap_or(0);
     if n > MAX_WIDTH {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!(
-                "MemoryError: {what} of {n} is more than promptweave renders (at most {MAX_WIDTH})"
-            ),
+        return Err(py_error(
+            "MemoryError",
+            format_args!("{what} of {n} is more than promptweave renders (at most {MAX_WIDTH})"),
         ));
     }
     Ok(n)
@@ -2245,12 +2241,8 @@ fn width_arg(args: &[Value], at: usize) -> Result<usize, Error> {
     let v = args
         .get(at)
         .ok_or_else(|| Error::from(ErrorKind::MissingArgument))?;
-    let n = i64::try_from(v.clone()).map_err(|_| {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            "TypeError: an integer is required",
-        )
-    })?;
+    let n =
+        i64::try_from(v.clone()).map_err(|_| py_error("TypeError", "an integer is required"))?;
     checked_width(n, "a width")
 }
 

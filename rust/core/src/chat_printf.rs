@@ -10,28 +10,20 @@
 
 use std::fmt::Write as _;
 
+use minijinja::Error;
 use minijinja::value::{Value, ValueKind};
-use minijinja::{Error, ErrorKind};
 
-use crate::chat::{check_result, checked_width, html_escape, py_str, py_str_repr};
+use crate::chat::{
+    check_result, checked_width, html_escape, py_error, py_str, py_str_repr,
+    py_type_name as type_name,
+};
 
-fn type_error(msg: impl Into<String>) -> Error {
-    Error::new(
-        ErrorKind::InvalidOperation,
-        format!("TypeError: {}", msg.into()),
-    )
+fn type_error(msg: impl std::fmt::Display) -> Error {
+    py_error("TypeError", msg)
 }
 
-fn value_error(msg: impl Into<String>) -> Error {
-    Error::new(
-        ErrorKind::InvalidOperation,
-        format!("ValueError: {}", msg.into()),
-    )
-}
-
-/// Python's `type(v).__name__` for the messages.
-fn type_name(v: &Value) -> &'static str {
-    crate::chat::py_type_name(v)
+fn value_error(msg: impl std::fmt::Display) -> Error {
+    py_error("ValueError", msg)
 }
 
 /// Where the arguments come from: a tuple's items in order, or one value (which is also the
@@ -162,9 +154,9 @@ fn format_with(fmt: &str, args: &mut Args<'_>, markup: bool) -> Result<String, E
                 .ok()
                 .filter(|v| !v.is_undefined());
             Some(value.ok_or_else(|| {
-                let mut m = String::from("KeyError: ");
+                let mut m = String::new();
                 crate::chat::write_py_str_repr(&mut m, &key);
-                Error::new(ErrorKind::InvalidOperation, m)
+                py_error("KeyError", m)
             })?)
         } else {
             None
@@ -252,9 +244,9 @@ fn int_arg(v: &Value, conv: char) -> Result<i128, Error> {
                 return Err(value_error("cannot convert float NaN to integer"));
             }
             if f.is_infinite() {
-                return Err(Error::new(
-                    ErrorKind::InvalidOperation,
-                    "OverflowError: cannot convert float infinity to integer",
+                return Err(py_error(
+                    "OverflowError",
+                    "cannot convert float infinity to integer",
                 ));
             }
             #[allow(clippy::cast_possible_truncation)]
@@ -371,12 +363,7 @@ fn convert(
                     u32::try_from(n)
                         .ok()
                         .and_then(char::from_u32)
-                        .ok_or_else(|| {
-                            Error::new(
-                                ErrorKind::InvalidOperation,
-                                "OverflowError: %c arg not in range(0x110000)",
-                            )
-                        })?
+                        .ok_or_else(|| py_error("OverflowError", "%c arg not in range(0x110000)"))?
                 }
                 _ => {
                     return Err(type_error(format!(
