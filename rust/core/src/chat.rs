@@ -802,31 +802,17 @@ fn indent_filter(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Val
             .saturating_add(indention.len().saturating_mul(lines.len() + 1)),
         "indent",
     )?;
+    // the first line as it is, every other one after a newline, indented unless it is blank
+    // (blank ones too with `blank`)
     let mut out = String::with_capacity(text.len() + indention.len() * lines.len());
-    if blank {
-        for (i, line) in lines.iter().enumerate() {
-            if i > 0 {
-                out.push('\n');
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+            if blank || !line.is_empty() {
                 out.push_str(&indention);
             }
-            out.push_str(line);
         }
-    } else {
-        let mut it = lines.iter();
-        out.push_str(it.next().copied().unwrap_or_default());
-        let rest: Vec<&&str> = it.collect();
-        if !rest.is_empty() {
-            out.push('\n');
-            for (i, line) in rest.iter().enumerate() {
-                if i > 0 {
-                    out.push('\n');
-                }
-                if !line.is_empty() {
-                    out.push_str(&indention);
-                }
-                out.push_str(line);
-            }
-        }
+        out.push_str(line);
     }
     if first {
         out.insert_str(0, &indention);
