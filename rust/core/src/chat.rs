@@ -2157,21 +2157,16 @@ fn format_arg(v: &Value) -> Value {
         }
         ValueKind::Map => {
             // keyword arguments: each value converted
-            let map: Map = v
+            let kwargs: Kwargs = v
                 .try_iter()
-                .map(|keys| {
-                    keys.map(|k| {
-                        let item = v.get_item(&k).unwrap_or_default();
-                        (k, format_arg(&item))
-                    })
-                    .collect()
+                .into_iter()
+                .flatten()
+                .map(|k| {
+                    let item = format_arg(&v.get_item(&k).unwrap_or_default());
+                    (k.as_str().unwrap_or_default().to_owned(), item)
                 })
-                .unwrap_or_default();
-            Value::from(
-                map.into_iter()
-                    .map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), v))
-                    .collect::<Kwargs>(),
-            )
+                .collect();
+            Value::from(kwargs)
         }
         _ => v.clone(),
     }
