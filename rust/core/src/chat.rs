@@ -2042,15 +2042,17 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
         ("swapcase", []) => Ok(Value::from(py_swapcase(s))),
         ("casefold", []) => Ok(Value::from(s.to_lowercase().replace('ß', "ss"))),
         ("istitle", []) => Ok(Value::from(py_istitle(s))),
-        ("zfill", _) => width_arg(args, 0).map(|w| Value::from(py_zfill(s, w))),
-        ("center" | "ljust" | "rjust", [width]) => width_arg(std::slice::from_ref(width), 0)
-            .map(|w| Value::from(py_justify(s, method, w, ' '))),
+        ("zfill", _) => width_arg(args.first()).map(|w| Value::from(py_zfill(s, w))),
+        ("center" | "ljust" | "rjust", [width]) => {
+            width_arg(Some(width)).map(|w| Value::from(py_justify(s, method, w, ' ')))
+        }
         ("center" | "ljust" | "rjust", [width, fill]) => {
             let text = fill.as_str().unwrap_or_default();
             let mut chars = text.chars();
             match (chars.next(), chars.next()) {
-                (Some(c), None) => width_arg(std::slice::from_ref(width), 0)
-                    .map(|w| Value::from(py_justify(s, method, w, c))),
+                (Some(c), None) => {
+                    width_arg(Some(width)).map(|w| Value::from(py_justify(s, method, w, c)))
+                }
                 _ => Err(py_error(
                     "TypeError",
                     "The fill character must be exactly one character long",
@@ -2217,11 +2219,9 @@ pub(crate) fn checked_width(n: i64, what: &str) -> Result<usize, Error> {
     Ok(n)
 }
 
-/// The width argument `args[at]` of `zfill`/`center`/`ljust`/`rjust`.
-fn width_arg(args: &[Value], at: usize) -> Result<usize, Error> {
-    let v = args
-        .get(at)
-        .ok_or_else(|| Error::from(ErrorKind::MissingArgument))?;
+/// The width argument of `zfill`/`center`/`ljust`/`rjust` (`None`: it is missing).
+fn width_arg(v: Option<&Value>) -> Result<usize, Error> {
+    let v = v.ok_or_else(|| Error::from(ErrorKind::MissingArgument))?;
     let n =
         i64::try_from(v.clone()).map_err(|_| py_error("TypeError", "an integer is required"))?;
     checked_width(n, "a width")
