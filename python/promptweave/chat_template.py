@@ -744,13 +744,7 @@ class ChatTemplate:
             if default is None:
                 default = self._default_compiled = self._select(None, None)
             variables = self._variables(None, None, extra)
-            try:
-                out = default.render(messages, variables, add_generation_prompt)
-            except ChatInputError:
-                escaped = self._render_escaped(default, messages, variables, add_generation_prompt)
-                if escaped is None:
-                    raise
-                out = escaped
+            out = self._render_one(default, messages, variables, add_generation_prompt)
             if self.tokenizer_adds_bos:
                 self._check_bos(out, None)
             return out
