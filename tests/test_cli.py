@@ -278,6 +278,69 @@ def test_render_same_split_config_ignores_train_with_a_warning(work: Path) -> No
     assert f"{len(TRAIN)} train rows" not in shown.stdout
 
 
+def test_render_with_ice_indices_computed_elsewhere(work: Path) -> None:
+    """--ice-indices replaces the config's retriever: a retriever promptweave does not have
+    (TopkRetriever, BM25Retriever) renders from indices computed elsewhere, and a FixK config
+    renders the given indices instead of its own."""
+    topk = DIALOGUE_CFG.replace(
+        "retriever=dict(type=FixKRetriever, fix_id_list=[0, 2])",
+        "retriever=dict(type=TopkRetriever, ice_num=2)",
+    ).replace("FixKRetriever, ZeroRetriever", "TopkRetriever")
+    assert "TopkRetriever, ice_num=2" in topk
+    (work / "topk_cfg.py").write_text(topk, "utf-8")
+    args = ["--data", "test.jsonl", "--train", "train.jsonl", "--model", "model.py"]
+    error = fails(work, "render", "topk_cfg.py", *args)
+    assert "'TopkRetriever' is not available" in error
+    assert "--ice-indices" in error
+    # JSONL: an array per line, or an object with "ice_indices" (a line of render's output)
+    shots = [[2, 0], [1], [], [0, 1, 2]]
+    lines = [json.dumps(shots[0]), json.dumps({"ice_indices": shots[1], "x": 1}), "[]", ""]
+    lines.append(json.dumps(shots[3]))
+    (work / "idx.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    (work / "idx.json").write_text(json.dumps(shots), "utf-8")
+    for name in ("idx.jsonl", "idx.json"):
+        for cfg in ("topk_cfg.py", "dialogue_cfg.py"):
+            recs = records(ok(work, "render", cfg, *args, "--ice-indices", name).stdout)
+            assert [r["ice_indices"] for r in recs] == shots
+            for rec, row, ids in zip(recs, ROWS, shots, strict=True):
+                assert rec["prompt"] == chatml_expected(row, [TRAIN[i] for i in ids])
+    # render's own output round-trips: the same prompts from its ice_indices
+    out = ok(work, "render", "dialogue_cfg.py", *args, "--out", "first.jsonl")
+    assert out.returncode == 0
+    again = ok(work, "render", "topk_cfg.py", *args, "--ice-indices", "first.jsonl").stdout
+    assert again == (work / "first.jsonl").read_text("utf-8")
+    # --limit takes the first lists; show marks the examples
+    limited = ok(work, "render", "topk_cfg.py", *args, "--ice-indices", "idx.json", "--limit", "1")
+    assert [r["ice_indices"] for r in records(limited.stdout)] == shots[:1]
+    shown = ok(work, "show", "topk_cfg.py", *args, "--ice-indices", "idx.json", "-n", "1").stdout
+    assert "TopkRetriever" in shown
+    assert "2 in-context examples [2, 0]" in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("few.json", "[[0], [1]]", "few.json: 2 index lists, but the dataset has 4 test rows"),
+        ("bool.json", "[[0], [true], [], []]", "bool.json: item 1: train-row indices are"),
+        ("neg.jsonl", "[0]\n[1]\n[-1]\n[]\n", "neg.jsonl:3: train-row indices are integers"),
+        ("str.jsonl", '[0]\n"0"\n', "str.jsonl:2: expected an array of train-row indices"),
+        ("bad.jsonl", "[0]\n[1,\n", "bad.jsonl:2: invalid JSON"),
+        ("obj.json", "{}", "obj.json: expected an array of index arrays, got an object"),
+        ("idx.csv", "0\n", "idx.csv: index lists must be a .json or .jsonl file"),
+        ("big.json", "[[0], [3], [], []]", "train index 3 is out of range of the 3 train rows"),
+    ],
+)
+def test_ice_indices_errors_name_the_file_and_line(
+    work: Path, name: str, text: str, message: str
+) -> None:
+    (work / name).write_text(text, "utf-8")
+    args = ["--data", "test.jsonl", "--train", "train.jsonl", "--ice-indices", name]
+    assert message in fails(work, "render", "dialogue_cfg.py", *args, "--out", "out.jsonl")
+    assert "out.jsonl" not in listing(work)
+    missing = fails(work, "render", "dialogue_cfg.py", *args[:4], "--ice-indices", "nope.json")
+    assert "nope.json: no such file" in missing
+
+
 def test_render_ppl_label_dict(work: Path) -> None:
     recs = records(
         ok(work, "render", "ppl_cfg.py", "--data", "test.jsonl", "--model", "model.py").stdout

@@ -1002,6 +1002,103 @@ def test_explicit_ice_indices(fw: str, reference: dict[str, Any]) -> None:
     assert raised >= 1  # examples without an ice_template: AssertionError / [ICLR-PARAM-002]
 
 
+#: retrievers promptweave does not have (they need a model or extra data): rendered from index
+#: lists computed elsewhere
+MODEL_RETRIEVERS = ("TopkRetriever", "BM25Retriever", "MDLRetriever", "VotekRetriever")
+
+
+def _model_retriever_cases() -> list[Case]:
+    """The OpenCompass dataset configs (one per template signature, two per file at most) whose
+    retriever is one of :data:`MODEL_RETRIEVERS` and which otherwise qualify for the corpus."""
+    root = configs_root("oc") / "datasets"
+    cases: list[Case] = []
+    seen: set[str] = set()
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text("utf-8")
+        if "__pycache__" in path.parts or not any(r in text for r in MODEL_RETRIEVERS):
+            continue
+        per_file = 0
+        for i, ds in enumerate(_load(path).datasets()):
+            infer = ds.get("infer_cfg") or {}
+            name = _type_name((infer.get("retriever") or {}).get("type"))
+            if name not in MODEL_RETRIEVERS or per_file >= MAX_DATASETS_PER_FILE:
+                continue
+            # classify as if the retriever were FixK: the rest of the config must qualify
+            probe = {**ds, "infer_cfg": {**infer, "retriever": {"type": "FixKRetriever"}}}
+            reason, kind, _, mode = _classify(probe)
+            if reason is not None or _signature(ds) in seen:
+                continue
+            seen.add(_signature(ds))
+            per_file += 1
+            cases.append(Case("oc", path, i, ds, kind, name, mode))
+    return cases
+
+
+def test_model_retriever_configs_render_from_given_indices(reference: dict[str, Any]) -> None:
+    """Real configs whose retriever needs a model (TopK, BM25, MDL): without indices a clear
+    error; with ``ice_indices`` the prompts the reference builds from the same indices (its
+    retrievers share ``BaseRetriever.generate_ice``, so a FixK retriever with the config's
+    separators stands in for them on the reference side)."""
+    M = reference["oc"]
+    cases = _model_retriever_cases()
+    assert {c.retriever for c in cases} >= {"TopkRetriever", "BM25Retriever", "MDLRetriever"}
+    metas = _metas()
+    checked = 0
+    for k, case in enumerate(cases):
+        rows = make_rows(case, "model-retriever")
+        assert not isinstance(rows, str)
+        renderer = DatasetRenderer(case.infer_cfg, case.reader_cfg)
+        with pytest.raises(PromptRenderError, match=f"{case.retriever}' is not available"):
+            renderer.render(rows.test, rows.train)
+        rng = random.Random(k)
+        indices = [
+            [rng.randrange(len(rows.train)) for _ in range(rng.randint(0, 3))] for _ in rows.test
+        ]
+        cfg = case.infer_cfg["retriever"]
+        stand_in: dict[str, Any] = {"type": "FixKRetriever", "fix_id_list": [0]}
+        stand_in.update({k: cfg[k] for k in ("ice_separator", "ice_eos_token") if k in cfg})
+        modes = [case.mode] if case.mode == "gen" or case.kind.startswith("label") else []
+        for mode in modes:
+            meta = metas[k % len(metas)]
+            ref = RefPipeline(M, "oc", case.infer_cfg, case.reader_cfg, rows, stand_in)
+            expected = ref.parse(ref.build(mode, indices=indices), meta, mode)
+            ours = DatasetRenderer(
+                case.infer_cfg,
+                case.reader_cfg,
+                meta.template,
+                api=meta.api,
+                mode=mode,
+                labels=expected.labels,
+            ).render(rows.test, rows.train, ice_indices=[list(x) for x in indices])
+            diff = compare(ours, expected, len(rows.test))
+            assert diff is None, f"{case.rel} [{case.retriever}, {meta.name}, {mode}]\n    {diff}"
+            assert ours.ice_indices == indices
+            assert ours.rust_rows == len(rows.test), case.rel
+            checked += 1
+    assert checked >= 5, [c.rel for c in cases]
+
+
+def test_aisbench_flavour_has_no_sliding_window_retriever() -> None:
+    """AISBench 3.1 has no SlidingWindowRetriever: a clear error in that flavour (the
+    OpenCompass class is not used with AISBench's constructor arguments), unless the indices
+    are given."""
+    infer = {
+        "ice_template": {"template": "Q: {q} A: {a}"},
+        "prompt_template": {"template": "</E>Q: {q} A:", "ice_token": "</E>"},
+        "retriever": {"type": "SlidingWindowRetriever", "k": 1, "ice_separator": " | "},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    reader = {"input_columns": ["q"], "output_column": "a"}
+    rows = [{"q": "one", "a": "1"}, {"q": "two", "a": "2"}]
+    ais = DatasetRenderer(infer, reader, flavor="aisbench")
+    with pytest.raises(PromptRenderError, match=r"an OpenCompass retriever; AISBench 3\.1 has"):
+        ais.render(rows)
+    given = ais.render(rows, ice_indices=[[1], [0]]).prompts
+    assert given == ["Q: two A: 2\nQ: one A:", "Q: one A: 1\nQ: two A:"]
+    oc = DatasetRenderer(infer, reader).render(rows).prompts
+    assert oc[1] == "Q: one A: 1\nQ: two A:"
+
+
 # ============================================================================ reader ranges
 
 #: (train_range, test_range) pairs: slices, shuffled counts, fractions, no-ops (<= 0 or >= the

@@ -35,7 +35,7 @@ import click
 
 from promptweave.errors import PromptRenderError
 
-__all__ = ["CliError", "cli", "main", "read_rows"]
+__all__ = ["CliError", "cli", "main", "read_ice_indices", "read_rows"]
 
 EXIT_INPUT = 2
 """Exit status of usage and input errors (bad data, config, template, option combination)."""
@@ -249,6 +249,57 @@ def _read_parquet(p: Path, name: str) -> list[Row]:
     return rows
 
 
+def read_ice_indices(path: str) -> list[list[int]]:
+    """In-context example indices computed elsewhere, one list of train-row indices per test row:
+    a ``.json`` array of arrays, or a ``.jsonl`` file with one array per line -- or one object
+    with an ``"ice_indices"`` array, such as a line of ``promptweave render``'s own output.
+
+    Raises:
+        CliError: the file is missing or malformed (the message names file and line).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise CliError(f"{path}: no such file" if not p.exists() else f"{path}: not a file")
+    suffix = p.suffix.lower()
+    if DATA_FORMATS.get(suffix) not in ("json", "jsonl"):
+        raise CliError(f"{path}: index lists must be a .json or .jsonl file")
+    lists: list[list[int]] = []
+    try:
+        if DATA_FORMATS[suffix] == "json":
+            value = _json_loads(_decode(p.read_bytes(), "utf-8-sig", path), path)
+            if not isinstance(value, list):
+                got = _json_type(value)
+                raise CliError(f"{path}: expected an array of index arrays, got {got}")
+            for row, item in enumerate(value):
+                lists.append(_index_list(item, f"{path}: item {row}"))
+            return lists
+        with p.open("rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{path}:{lineno}")
+                if text.strip():
+                    value = _json_loads(text, path, lineno)
+                    if isinstance(value, dict) and "ice_indices" in value:
+                        value = value["ice_indices"]
+                    lists.append(_index_list(value, f"{path}:{lineno}"))
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return lists
+
+
+def _index_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list):
+        raise CliError(
+            f"{where}: expected an array of train-row indices (or an object with "
+            f'"ice_indices"), got {_json_type(value)}'
+        )
+    for idx in value:
+        if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+            raise CliError(
+                f"{where}: train-row indices are integers >= 0, got {json.dumps(idx)[:40]}"
+            )
+    return value
+
+
 # ============================================================================ configs
 
 
@@ -269,6 +320,8 @@ class _Job:
     loaded: bool = True
     #: the train rows came from --train (else they are the test rows)
     own_train: bool = True
+    #: --ice-indices: the in-context example indices of every test row, computed elsewhere
+    ice_indices: list[list[int]] | None = None
 
     def rows_rendered(self, limit: int | None) -> int:
         """How many test rows a render covers (after the preparation), then ``limit``."""
@@ -449,6 +502,7 @@ def _prepare(
     chat_template: str | None = None,
     progress: _Progress | None = None,
     rows_as_given: bool = False,
+    ice_indices: str | None = None,
 ) -> _Job:
     from promptweave.dataset import DatasetRenderer
     from promptweave.tokens import as_token_counter
@@ -484,7 +538,7 @@ def _prepare(
             infer_mode=infer_mode,
             chat_template=chat,
         )
-    return _Job(
+    job = _Job(
         renderer,
         test_rows,
         # the reference reads ICE from the test rows when there is no train split; pass them in
@@ -497,6 +551,17 @@ def _prepare(
         loaded=not rows_as_given,
         own_train=train_rows is not None,
     )
+    if ice_indices is not None:
+        lists = read_ice_indices(ice_indices)
+        n = job.rows_rendered(None)
+        if len(lists) != n:
+            prepared = " (as the reader prepares them)" if job.loaded else ""
+            raise CliError(
+                f"{ice_indices}: {len(lists):,} index lists, but the dataset has {n:,} test "
+                f"rows{prepared}; give one list per test row"
+            )
+        job.ice_indices = lists
+    return job
 
 
 # ============================================================================ rendering
@@ -568,6 +633,8 @@ def _render(
     with _errors_as_cli():
         n = job.rows_rendered(limit)
         ice: list[list[int]] | None = [[] for _ in range(n)] if zero_shot else None
+        if ice is None and job.ice_indices is not None:
+            ice = job.ice_indices[:n]
         update = progress.phase("rendering", n) if progress is not None else None
         return job.renderer.render(
             job.test,
@@ -952,6 +1019,15 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Rows the in-context examples are drawn from (default: the test rows). "
             "Unused, with a warning, when the config's reader takes both splits from one "
             "(train_split == test_split), as the reference does.",
+        ),
+        click.option(
+            "--ice-indices",
+            metavar="FILE",
+            help="In-context example indices computed elsewhere (a BM25 or embedding "
+            "retriever, ...), one list of train-row indices per test row: a .json array of "
+            'arrays, or .jsonl with an array -- or an object with "ice_indices", like the '
+            "lines render writes -- per line. Replaces the config's retriever; its "
+            "ice_separator / ice_eos_token still apply.",
         ),
         click.option(
             "--dataset",

@@ -419,17 +419,33 @@ class DatasetRenderer:
         )
 
     # ------------------------------------------------------------------ rendering
-    def _retriever(self, dataset: Any) -> Any:
+    def _retriever(self, dataset: Any, ice_indices: Any = None) -> Any:
+        """The configured retriever over ``dataset``. With ``ice_indices`` (computed elsewhere), a
+        retriever promptweave does not have (BM25, TopK, ...) becomes an ``IndexListRetriever``
+        with the configured separators: only they matter once the indices are known."""
         from promptweave import retrievers
 
         cfg = dict(self.retriever_cfg)
         name = _type_name(cfg.pop("type", None)) or "ZeroRetriever"
-        cls = getattr(self._m, name, None) or getattr(retrievers, name, None)
+        cls = getattr(self._m, name, None)
+        if cls is None and self.flavor != AISBENCH:
+            cls = getattr(retrievers, name, None)
+        if cls is None and ice_indices is not None:
+            cls = self._m.IndexListRetriever
+            cfg = {k: cfg[k] for k in ("ice_separator", "ice_eos_token") if k in cfg}
+            cfg["ice_indices"] = ice_indices
+        if cls is None and self.flavor == AISBENCH and hasattr(retrievers, name):
+            raise make_error(
+                TemplateError,
+                f"retriever {name!r} is an OpenCompass retriever; AISBench 3.1 has only "
+                "ZeroRetriever, FixKRetriever and RandomRetriever (render with "
+                "flavor='opencompass', or pass the indices as ice_indices= / --ice-indices FILE)",
+            )
         if cls is None:
             raise make_error(
                 TemplateError,
                 f"retriever {name!r} is not available; compute the in-context example indices "
-                "elsewhere and pass them as ice_indices=",
+                "elsewhere and pass them as ice_indices= (promptweave render: --ice-indices FILE)",
             )
         if self.flavor == AISBENCH:
             cfg.setdefault("ice_template", self._cfg_of(self.ice_template))
@@ -504,7 +520,9 @@ class DatasetRenderer:
             test_rows = test_rows[:limit]
             test_indices = test_indices[:limit]
         dataset = Dataset._of_rows(test_rows, train_rows, self.input_columns, self.output_column)
-        retriever = self._retriever(dataset)
+        if ice_indices is not None:
+            ice_indices = list(ice_indices)[: len(test_rows)]
+        retriever = self._retriever(dataset, ice_indices)
         # lists are passed on as they are (FixK hands every row the same list object); zero-shot
         # rows share one empty list, so the job groups them at no cost
         indices: list[list[int]]
