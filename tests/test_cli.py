@@ -383,6 +383,46 @@ def test_render_api_messages(work: Path) -> None:
     assert rec["sha256"] == sha(json.dumps(rec["prompt"], ensure_ascii=False))
 
 
+def test_model_class_decides_the_parser(work: Path) -> None:
+    """--model parses as the model's class does: an API model (OpenAISDK) gives message lists
+    without --api; AISBench's VLLMCustomAPIChat with no meta template uses its default chat meta
+    template; a chat-template model (HuggingFacewithChatTemplate) gives the messages its chat
+    template would render, with a note; HuggingFaceBaseModel ignores a meta template."""
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    with_flag = ok(work, *args, "--model", "api_model.py", "--api")
+    implied = ok(work, *args, "--model", "api_model.py")
+    assert implied.stdout == with_flag.stdout
+    assert "is an API model (OpenAISDK): prompts are message lists" in implied.stderr
+    ais_chat = "from ais_bench.benchmark.models import VLLMCustomAPIChat\n"
+    ais_chat += "models = [dict(type=VLLMCustomAPIChat, abbr='vllm-chat', path='', model='')]\n"
+    (work / "ais_chat.py").write_text(ais_chat, "utf-8")
+    proc = ok(work, *args, "--model", "ais_chat.py")
+    assert proc.stdout == with_flag.stdout  # the default meta template is the API one above
+    assert "VLLMCustomAPIChat uses its default meta template" in proc.stderr
+    hf_chat = "from opencompass.models import HuggingFacewithChatTemplate\n"
+    hf_chat += "models = [dict(type=HuggingFacewithChatTemplate, abbr='chat', path='x')]\n"
+    (work / "hf_chat.py").write_text(hf_chat, "utf-8")
+    proc = ok(work, *args, "--model", "hf_chat.py")
+    first = records(proc.stdout)[0]["prompt"]
+    # OpenCompass's default chat meta template speaks SYSTEM as a HUMAN turn (merged with the
+    # HUMAN turn after it)
+    assert [m["role"] for m in first] == ["HUMAN", "BOT", "HUMAN", "BOT", "HUMAN"]
+    assert first[0]["prompt"].startswith("Answer the questions.\n")
+    assert "--chat-template" in proc.stderr
+    base = "from opencompass.models import HuggingFaceBaseModel\nmodels = [dict(type="
+    base += f"HuggingFaceBaseModel, abbr='base', path='x', meta_template={CHATML!r})]\n"
+    (work / "base_model.py").write_text(base, "utf-8")
+    proc = ok(work, *args, "--model", "base_model.py")
+    assert "<|im_start|>" not in proc.stdout
+    assert records(proc.stdout)[0]["prompt"].startswith("Answer the questions.\n")
+    assert "HuggingFaceBaseModel ignores the config's meta template" in proc.stderr
+    unknown = f"models = [dict(type='MyModel', abbr='mine', meta_template={CHATML!r})]\n"
+    (work / "mine.py").write_text(unknown, "utf-8")
+    proc = ok(work, *args, "--model", "mine.py")
+    assert records(proc.stdout)[0]["prompt"] == chatml_expected(ROWS[0], [TRAIN[0], TRAIN[2]])
+    assert "model class MyModel of mine" in proc.stderr
+
+
 CHAT_JINJA = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"

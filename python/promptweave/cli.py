@@ -395,9 +395,8 @@ def _select_dataset(cfg: Any, selector: str | None, path: str) -> tuple[dict[str
     )
 
 
-def _first_model(cfg: Any, path: str, *, required: bool) -> tuple[Any, str] | None:
-    from promptweave.config import meta_template_of
-
+def _first_model(cfg: Any, path: str, *, required: bool) -> tuple[dict[str, Any], str] | None:
+    """The first model config of ``cfg`` and a name for it."""
     models: list[dict[str, Any]] = cfg.models()
     if not models:
         if required:
@@ -406,7 +405,7 @@ def _first_model(cfg: Any, path: str, *, required: bool) -> tuple[Any, str] | No
     abbr = models[0].get("abbr") or "#0"
     if len(models) > 1:
         _note(f"note: {path} has {len(models)} models; using the first, {abbr}")
-    return meta_template_of(models[0]), f"{abbr} ({path})"
+    return models[0], f"{abbr} ({path})"
 
 
 def _read_meta_template(path: str) -> Any:
@@ -440,20 +439,56 @@ def _read_meta_template(path: str) -> Any:
 
 def _meta_template(
     model: str | None, meta_template: str | None, dataset_cfg: Any, dataset_path: str
-) -> tuple[Any, str]:
+) -> tuple[Any, str, dict[str, Any] | None]:
+    """The meta template, a name for the model and the model config it came from (if any)."""
     if model is not None and meta_template is not None:
         raise CliError("use either --model or --meta-template, not both")
     if model is not None:
         found = _first_model(_load_config(model), model, required=True)
         assert found is not None
-        return found
+        return found[0].get("meta_template"), found[1], found[0]
     if meta_template is not None:
-        return _read_meta_template(meta_template), meta_template
+        return _read_meta_template(meta_template), meta_template, None
     found = _first_model(dataset_cfg, dataset_path, required=False)
     if found is not None:
-        _note(f"note: using the meta template of model {found[1]}")
-        return found
-    return None, "none"
+        _note(f"note: using the model config {found[1]}")
+        return found[0].get("meta_template"), found[1], found[0]
+    return None, "none", None
+
+
+def _model_prompting(
+    model_cfg: dict[str, Any] | None, name: str, flavor: str, api: bool, chat: bool
+) -> tuple[Any, bool]:
+    """The meta template and the parser (``api``) the model's class uses, with a note for a
+    person where the class decides; ``--api`` forces the API parser."""
+    from promptweave.config import model_prompting
+
+    assert model_cfg is not None
+    p = model_prompting(model_cfg, flavor)
+    cls = p.model_class or "no type"
+    if not p.known:
+        if not api:
+            _note(
+                f"note: model class {cls} of {name} is not one promptweave knows: rendering with "
+                "its meta_template for a string model (--api for an API model)"
+            )
+        return p.meta_template, api
+    if p.api and not api and not chat:
+        kind = "a chat-template model" if p.chat_template else "an API model"
+        _note(f"note: {name} is {kind} ({cls}): prompts are message lists, as it parses them")
+    if p.chat_template and not chat:
+        _note(
+            f"note: {cls} renders these messages with its tokenizer's chat template; "
+            "--chat-template (its tokenizer_config.json or model directory) gives the final text"
+        )
+    if p.meta_template is not model_cfg.get("meta_template"):
+        what = (
+            "ignores the config's meta template"
+            if p.meta_template is None
+            else ("uses its default meta template (the config has none)")
+        )
+        _note(f"note: {cls} {what}")
+    return p.meta_template, api or p.api
 
 
 def _load_tokenizer(spec: str) -> Any:
@@ -511,7 +546,11 @@ def _prepare(
         raise CliError("--max-seq-len needs --tokenizer to count tokens")
     cfg = _load_config(config)
     ds, name = _select_dataset(cfg, dataset, config)
-    meta, model_name = _meta_template(model, meta_template, cfg, config)
+    meta, model_name, model_cfg = _meta_template(model, meta_template, cfg, config)
+    if model_cfg is not None:
+        meta, api = _model_prompting(
+            model_cfg, model_name, flavor or cfg.flavor, api, chat_template is not None
+        )
     phase = progress.phase if progress is not None else None
     test_rows = read_rows(data, phase(f"reading {data}") if phase else None)
     train_rows = None
@@ -1049,7 +1088,9 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--api",
             is_flag=True,
-            help="Render for an API model: message lists (APITemplateParser).",
+            help="Render for an API model: message lists (APITemplateParser). Implied by a "
+            "model config whose class parses so (OpenAI, OpenAISDK, AISBench's "
+            "VLLMCustomAPIChat, the chat-template models, ...).",
         ),
         click.option(
             "--chat-template",

@@ -59,9 +59,11 @@ __all__ = [
     "STUBBED_PACKAGES",
     "CallRef",
     "Config",
+    "ModelPrompting",
     "TypeRef",
     "load_config",
     "meta_template_of",
+    "model_prompting",
 ]
 
 FRAMEWORK_PACKAGES: Final = frozenset({"opencompass", "ais_bench", "mmengine"})
@@ -218,6 +220,173 @@ class Config(Mapping[str, Any]):
 def meta_template_of(model_cfg: Mapping[str, Any]) -> Any:
     """The ``meta_template`` of a model config, or ``None`` when it has none."""
     return model_cfg.get("meta_template")
+
+
+# How the model classes of OpenCompass 0.5.4 and AISBench 3.1 parse a prompt, by class name (the
+# two frameworks agree on the names they share). Read from each class's constructor: which
+# template parser it builds, and from what.
+#
+# Models that apply their tokenizer's chat template: the prompt is parsed by an
+# APITemplateParser with the config's meta template, or the framework's default chat meta
+# template when it has none, into the messages the chat template renders.
+_CHAT_TEMPLATE_MODELS: Final = frozenset(
+    {
+        "HuggingFacewithChatTemplate",
+        "VLLMwithChatTemplate",
+        "TurboMindModelwithChatTemplate",
+        "HuggingFaceQwen2VLwithChatTemplate",
+        "VLLMOfflineVLModel",
+        "QwenImageEditModel",
+    }
+)
+# Models that parse with APITemplateParser(meta_template): message lists. Every OpenCompass API
+# model, and a few local ones.
+_API_PARSER_MODELS: Final = frozenset(
+    {
+        "BaseAPIModel",
+        "AI360GPT",
+        "BaiChuan",
+        "BailingAPI",
+        "BlueLMAPI",
+        "ByteDance",
+        "Claude",
+        "ClaudeAllesAPIN",
+        "ClaudeSDK",
+        "DeepseekAPI",
+        "Doubao",
+        "ERNIEBot",
+        "Gemini",
+        "GeminiSDK",
+        "Hunyuan",
+        "KrGPT",
+        "LightllmChatAPI",
+        "LiteLLMAPI",
+        "MiniMax",
+        "MiniMaxChatCompletionV2",
+        "Mistral",
+        "MoonShot",
+        "Nanbeige",
+        "OpenAI",
+        "OpenAISDK",
+        "OpenAISDKResponse",
+        "OpenAISDKRollout",
+        "OpenAISDKStreaming",
+        "PanGu",
+        "Qwen",
+        "Rendu",
+        "SenseTime",
+        "StepFun",
+        "TeleChat",
+        "TeleChatStream",
+        "UniGPT",
+        "XunFei",
+        "XunFeiSpark",
+        "Yayi",
+        "YiAPI",
+        "ZhiPuAI",
+        "ZhiPuV2AI",
+        "HuggingFaceChatGLM3",
+        "LLaMA2AccessoryModel",
+        "Llama2",
+        "Llama2Chat",
+        "Mixtral",
+        "VITAGenerateAPI",
+        # AISBench's chat-completions service models: with no meta template in the config they
+        # use the default chat meta template (HUMAN/BOT rounds, a reserved SYSTEM role)
+        "VLLMCustomAPIChat",
+        "VLLMCustomAPIChatStream",
+        "VLLMFunctionCallAPIChat",
+        "VllmMultiturnAPIChatStream",
+    }
+)
+_DEFAULT_CHAT_META_MODELS: Final = frozenset(
+    {
+        "VLLMCustomAPIChat",
+        "VLLMCustomAPIChatStream",
+        "VLLMFunctionCallAPIChat",
+        "VllmMultiturnAPIChatStream",
+    }
+)
+# Models that parse with LMTemplateParser(meta_template): strings. AISBench's completions
+# service models (vLLM, TGI, Triton, MindIE) are API models that still send one string.
+_LM_PARSER_MODELS: Final = frozenset(
+    {
+        "BaseModel",
+        "BaseLMModel",
+        "AlayaLM",
+        "GLM130B",
+        "HuggingFace",
+        "HuggingFaceCausalLM",
+        "InternLM",
+        "InternTrain",
+        "LightllmAPI",
+        "ModelScope",
+        "ModelScopeCausalLM",
+        "TurboMindAPIModel",
+        "TurboMindModel",
+        "VLLM",
+        "VLLMCustomAPI",
+        "VLLMCustomAPIStream",
+        "TGICustomAPI",
+        "TGICustomAPIStream",
+        "TritonCustomAPI",
+        "TritonCustomAPIStream",
+        "MindieStreamApi",
+    }
+)
+# Models that parse with LMTemplateParser() whatever the config says (no meta template)
+_NO_META_MODELS: Final = frozenset({"HuggingFaceBaseModel"})
+
+
+@dataclass(frozen=True)
+class ModelPrompting:
+    """How a model config's class turns a dataset prompt into its input (see
+    :func:`model_prompting`)."""
+
+    #: the class name of the config's ``type`` (``''`` when it has none)
+    model_class: str
+    #: the meta template the model's parser uses (``None``: none)
+    meta_template: Any
+    #: it parses with ``APITemplateParser`` (message lists), not ``LMTemplateParser`` (strings)
+    api: bool
+    #: it applies its tokenizer's chat template to those messages (HuggingFace/vLLM/LMDeploy
+    #: "with chat template" models): the final text needs that template
+    chat_template: bool
+    #: the class is one of the frameworks' model classes promptweave knows; otherwise the config's
+    #: meta template and the string parser are assumed
+    known: bool
+
+
+def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> ModelPrompting:
+    """How the model of ``model_cfg`` parses prompts, as its class does in OpenCompass 0.5.4 or
+    AISBench 3.1: with which parser (``api``) and meta template -- the config's, the class's
+    default when the config has none (AISBench's ``VLLMCustomAPIChat`` family, the chat-template
+    models' default chat meta template of ``flavor``), or none at all (``HuggingFaceBaseModel``
+    ignores the config's). ``flavor`` is the framework rendering the prompts."""
+    from promptweave.chat_models import chat_meta_template
+
+    t = model_cfg.get("type")
+    if isinstance(t, str):
+        name = t.rsplit(".", 1)[-1]
+    elif isinstance(t, TypeRef):
+        name = t.name
+    elif isinstance(t, type):
+        name = t.__name__
+    elif t is None:
+        name = ""
+    else:
+        ref = getattr(t, "_pw_ref", None)
+        name = ref().name if callable(ref) else str(t).rsplit(".", 1)[-1]
+    meta = model_cfg.get("meta_template")
+    if name in _CHAT_TEMPLATE_MODELS:
+        return ModelPrompting(name, meta or chat_meta_template(flavor), True, True, True)
+    if name in _API_PARSER_MODELS:
+        if not meta and name in _DEFAULT_CHAT_META_MODELS:
+            meta = chat_meta_template(AISBENCH)
+        return ModelPrompting(name, meta or None, True, False, True)
+    if name in _NO_META_MODELS:
+        return ModelPrompting(name, None, False, False, True)
+    return ModelPrompting(name, meta, False, False, name in _LM_PARSER_MODELS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -283,10 +283,18 @@ class DatasetRenderer:
     def from_config(
         cls, dataset_cfg: Mapping[str, Any], model_cfg: Mapping[str, Any] | None = None, **kw: Any
     ) -> DatasetRenderer:
-        """From a dataset config dict (and a model config dict with a ``meta_template``)."""
+        """From a dataset config dict and, optionally, a model config dict: the prompts are then
+        parsed as that model's class parses them (:func:`promptweave.config.model_prompting`:
+        message lists for API models, the class's default meta template where the config has
+        none). ``meta_template=`` / ``api=`` override what the model config gives."""
         meta = kw.pop("meta_template", None)
-        if meta is None and model_cfg is not None:
-            meta = model_cfg.get("meta_template")
+        if model_cfg is not None:
+            from promptweave.config import model_prompting
+
+            prompting = model_prompting(model_cfg, kw.get("flavor", OPENCOMPASS))
+            if meta is None:
+                meta = prompting.meta_template
+            kw.setdefault("api", prompting.api)
         for key in ("abbr", "n", "k"):
             if key in dataset_cfg:
                 kw.setdefault(key, dataset_cfg[key])
