@@ -253,3 +253,97 @@ def test_demo_tokenizer_config_renders_like_transformers() -> None:
         for gen in (False, True):
             want = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
             assert ours.render(conv, add_generation_prompt=gen) == want
+
+
+# ------------------------------------------------------------------ chat models by class
+
+#: a Qwen3-style switch: the template reads a variable the vLLM chat model's
+#: ``chat_template_kwargs`` set
+THINKING = LLAMA3 + (
+    "{% if add_generation_prompt and enable_thinking is defined and not enable_thinking %}"
+    "<think>\n\n</think>\n\n{% endif %}"
+)
+FASTCHAT_CASES = TESTS_DIR / "fixtures" / "api" / "fastchat_cases.json"
+
+
+def test_fastchat_vicuna_matches_fastchat() -> None:
+    """``format_fastchat`` against the text FastChat 0.2.36 itself made of the same messages
+    (``tests/fixtures/regen_fastchat.py``)."""
+    doc = json.loads(FASTCHAT_CASES.read_text("utf-8"))
+    assert doc["template"] == "vicuna"
+    assert len(doc["cases"]) >= 100
+    got = chat_models.format_fastchat([c["messages"] for c in doc["cases"]], "vicuna")
+    assert got == [c["expected"] for c in doc["cases"]]
+    with pytest.raises(ValueError, match="FastChat template 'alpaca' is not supported"):
+        chat_models.format_fastchat([], "alpaca")
+    with pytest.raises(ValueError, match="unknown role 'tool'"):
+        chat_models.format_fastchat([[{"role": "tool", "content": "x"}]], "vicuna")
+
+
+@pytest.mark.parametrize(
+    ("fw", "model_class"),
+    [
+        ("oc", "HuggingFacewithChatTemplate"),
+        ("oc", "VLLMwithChatTemplate"),
+        ("oc", "TurboMindModelwithChatTemplate"),
+        ("oc", "fastchat"),
+        # AISBench 3.1's chat-template models are HuggingFace ones
+        ("ais", "HuggingFacewithChatTemplate"),
+        ("ais", "fastchat"),
+    ],
+)
+def test_chat_model_classes_match_reference(
+    fw: str, model_class: str, reference: dict[str, Any]
+) -> None:
+    """``DatasetRenderer.from_config(dataset, model_cfg, chat_template=...)`` renders as the
+    reference chat model's class does: the reference's default chat meta template and
+    ``_convert_chat_messages``, then transformers' ``apply_chat_template`` with what the class
+    adds (vLLM: its ``chat_template_kwargs``; LMDeploy: the tokenizer's BOS token removed from the
+    front), or FastChat's template for a ``fastchat_template`` config."""
+    tok = _tokenizer(THINKING)
+    ours_template = pw.ChatTemplate(THINKING, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    hf = _ref_chat_module(fw)
+    model: dict[str, Any] = {"type": model_class, "path": "unused"}
+    if model_class == "fastchat":
+        model = {"type": "HuggingFacewithChatTemplate", "fastchat_template": "vicuna"}
+    if model_class == "VLLMwithChatTemplate":
+        model["chat_template_kwargs"] = {"enable_thinking": False}
+    M = reference[fw]
+    cases = [c for c in tdc._corpus(fw).cases if c.mode == "gen" and c.retriever != "ZeroRetriever"]
+    compared = 0
+    for case in cases[:: max(1, len(cases) // 8)]:
+        rows = tdc.make_rows(case)
+        if isinstance(rows, str):
+            continue
+        built = tdc.RefPipeline(M, fw, case.infer_cfg, case.reader_cfg, rows).build("gen")
+        if built.errors or built.prompts is None:
+            continue
+        parser = hf._get_meta_template(None)
+        messages = hf._convert_chat_messages(
+            [parser.parse_template(p, "gen") for p in built.prompts]
+        )
+        if model_class == "fastchat":
+            expected = chat_models.format_fastchat(messages, "vicuna")
+        else:
+            kwargs = model.get("chat_template_kwargs", {})
+            expected = [
+                tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False, **kwargs)
+                for m in messages
+            ]
+            if model_class == "TurboMindModelwithChatTemplate":
+                expected = [e.removeprefix(tok.bos_token) for e in expected]
+        ds = {"infer_cfg": case.infer_cfg, "reader_cfg": case.reader_cfg}
+        chat = None if model_class == "fastchat" else ours_template
+        renderer = pw.DatasetRenderer.from_config(ds, model, flavor=FLAVOR[fw], chat_template=chat)
+        result = renderer.render(rows.test, rows.train)
+        assert result.messages == messages, case.rel
+        assert result.prompts == expected, case.rel
+        compared += 1
+    assert compared >= 3, compared
+    # what each class adds is visible in the text
+    first = result.prompts[0]
+    assert first.endswith("<think>\n\n</think>\n\n") == (model_class == "VLLMwithChatTemplate")
+    assert first.startswith("<|begin_of_text|>") == (
+        model_class in ("HuggingFacewithChatTemplate", "VLLMwithChatTemplate")
+    )
+    assert first.startswith("A chat between") == (model_class == "fastchat")

@@ -423,6 +423,49 @@ def test_model_class_decides_the_parser(work: Path) -> None:
     assert "model class MyModel of mine" in proc.stderr
 
 
+def test_chat_model_renders_with_its_local_tokenizer(work: Path) -> None:
+    """A chat-template model whose tokenizer (``path``) is a directory on this machine renders
+    the final text with that directory's chat template, and what its class adds (vLLM's
+    chat_template_kwargs); a ``fastchat_template`` model renders with FastChat's template;
+    a hub name not in the local cache leaves the messages, with a note."""
+    model_dir = work / "tok"
+    model_dir.mkdir()
+    template = (
+        CHAT_JINJA + "{% if enable_thinking is defined %}[think={{ enable_thinking }}]{% endif %}"
+    )
+    config = {"chat_template": template, "bos_token": "<s>", "eos_token": "</s>"}
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    cfg = "from opencompass.models import VLLMwithChatTemplate\n"
+    cfg += f"models = [dict(type=VLLMwithChatTemplate, abbr='v', path={str(model_dir)!r}, "
+    cfg += "chat_template_kwargs=dict(enable_thinking=False))]\n"
+    (work / "vllm_chat.py").write_text(cfg, "utf-8")
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    proc = ok(work, *args, "--model", "vllm_chat.py")
+    prompt = records(proc.stdout)[0]["prompt"]
+    assert prompt.startswith("<s>[user]Answer the questions.\n")
+    assert prompt.endswith("[assistant][think=False]")
+    assert f"using the chat template of VLLMwithChatTemplate's tokenizer ({model_dir})" in (
+        proc.stderr
+    )
+    # the same as giving the directory by hand
+    given = ok(work, *args, "--model", "vllm_chat.py", "--chat-template", str(model_dir))
+    assert given.stdout == proc.stdout
+    fc = "from opencompass.models import HuggingFacewithChatTemplate\n"
+    fc += "models = [dict(type=HuggingFacewithChatTemplate, abbr='f', path='lmsys/vicuna-7b-v1.5',"
+    fc += " fastchat_template='vicuna')]\n"
+    (work / "fc.py").write_text(fc, "utf-8")
+    prompt = records(ok(work, *args, "--model", "fc.py").stdout)[0]["prompt"]
+    assert prompt.startswith("A chat between a curious user and an artificial intelligence")
+    assert prompt.endswith(" ASSISTANT:")
+    assert "FastChat template" in fails(work, *args, "--model", "fc.py", "--chat-template", "x")
+    hub = "from opencompass.models import HuggingFacewithChatTemplate\n"
+    hub += "models = [dict(type=HuggingFacewithChatTemplate, abbr='h', path='no-org/no-model')]\n"
+    (work / "hub.py").write_text(hub, "utf-8")
+    proc = ok(work, *args, "--model", "hub.py")
+    assert isinstance(records(proc.stdout)[0]["prompt"], list)
+    assert "'no-org/no-model' is not on this machine" in proc.stderr
+
+
 CHAT_JINJA = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"

@@ -17,7 +17,7 @@ The defaults differ between the frameworks, and that difference shows in the pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from promptweave._flavor import AISBENCH, OPENCOMPASS
@@ -25,10 +25,12 @@ from promptweave.errors import PromptTypeError, UnknownRoleError, make_error
 
 __all__ = [
     "CHAT_ROLES",
+    "FASTCHAT_TEMPLATES",
     "chat_meta_template",
     "chat_parser",
     "convert_base_messages",
     "convert_chat_messages",
+    "format_fastchat",
 ]
 
 #: the role names the conversion knows (any other role is an error, as in the reference)
@@ -142,3 +144,61 @@ def convert_base_messages(inputs: Iterable[Any]) -> list[str]:
             parts.append(item["prompt"])
         outputs.append("".join(parts))
     return outputs
+
+
+#: FastChat conversation templates the chat models' ``fastchat_template`` can name, as
+#: ``get_conversation_template(name)`` resolves them in fschat 0.2.36: name -> (system message,
+#: user role, assistant role, separator after the system message and the user turns,
+#: separator after the assistant turns). Every ``fastchat_template`` of the wheels' model
+#: configs is ``'vicuna'`` (FastChat's ``vicuna_v1.1``: ``ADD_COLON_TWO`` separators).
+FASTCHAT_TEMPLATES: dict[str, tuple[str, str, str, str, str]] = {
+    "vicuna": (
+        "A chat between a curious user and an artificial intelligence assistant. "
+        "The assistant gives helpful, detailed, and polite answers to the user's questions.",
+        "USER",
+        "ASSISTANT",
+        " ",
+        "</s>",
+    ),
+}
+
+
+def format_fastchat(conversations: Iterable[Sequence[Mapping[str, Any]]], name: str) -> list[str]:
+    """Chat messages -> the text a FastChat conversation template makes of them, as the
+    reference chat models do with ``fastchat_template=name``: system messages are dropped, user
+    and assistant turns take the template's roles, and an open assistant turn ends the text.
+
+    Raises:
+        ValueError: an unknown template name, or a role other than user/assistant/system."""
+    if name not in FASTCHAT_TEMPLATES:
+        known = ", ".join(repr(n) for n in FASTCHAT_TEMPLATES)
+        raise make_error(
+            PromptTypeError,
+            f"FastChat template {name!r} is not supported (supported: {known})",
+            compat=ValueError,
+        )
+    system, user, assistant, sep, sep2 = FASTCHAT_TEMPLATES[name]
+    roles = {"user": user, "assistant": assistant}
+    out = []
+    for i, messages in enumerate(conversations):
+        turns: list[tuple[str, Any]] = []
+        for m in messages:
+            role = m["role"]
+            if role == "system":
+                continue
+            if role not in roles:
+                raise make_error(
+                    PromptTypeError,
+                    f"conversation {i}: unknown role {role!r} for FastChat template {name!r}",
+                    compat=ValueError,
+                )
+            turns.append((roles[role], m["content"]))
+        turns.append((assistant, None))
+        text = system + sep
+        for k, (role, content) in enumerate(turns):
+            if content:
+                text += f"{role}: {content}" + (sep if k % 2 == 0 else sep2)
+            else:
+                text += f"{role}:"
+        out.append(text)
+    return out

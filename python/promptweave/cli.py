@@ -457,13 +457,22 @@ def _meta_template(
 
 
 def _model_prompting(
-    model_cfg: dict[str, Any] | None, name: str, flavor: str, api: bool, chat: bool
-) -> tuple[Any, bool]:
-    """The meta template and the parser (``api``) the model's class uses, with a note for a
-    person where the class decides; ``--api`` forces the API parser."""
+    model_cfg: dict[str, Any],
+    name: str,
+    flavor: str,
+    api: bool,
+    chat: str | None,
+    *,
+    find_chat: bool = True,
+) -> tuple[Any, bool, Any, str | None]:
+    """The meta template, the parser (``api``), the :class:`~promptweave.config.ModelPrompting`
+    and the chat template to render with: the model's class decides the first two (``--api``
+    forces the API parser); a chat-template model without ``--chat-template`` uses the chat
+    template of its tokenizer when that is on this machine (a model directory, or the
+    HuggingFace cache; generation prompts only: ``find_chat``). Notes tell a person what was
+    decided."""
     from promptweave.config import model_prompting
 
-    assert model_cfg is not None
     p = model_prompting(model_cfg, flavor)
     cls = p.model_class or "no type"
     if not p.known:
@@ -472,23 +481,60 @@ def _model_prompting(
                 f"note: model class {cls} of {name} is not one promptweave knows: rendering with "
                 "its meta_template for a string model (--api for an API model)"
             )
-        return p.meta_template, api
-    if p.api and not api and not chat:
+        return p.meta_template, api, p, chat
+    if p.fastchat_template and p.chat_template:
+        if chat is not None:
+            raise CliError(
+                f"{name} formats its conversations with the FastChat template "
+                f"{p.fastchat_template!r}, not a chat template: drop --chat-template"
+            )
+        if find_chat:
+            _note(f"note: {cls} formats the messages with the FastChat template "
+                  f"{p.fastchat_template!r} (its fastchat_template)")
+    elif p.chat_template and chat is None and p.tokenizer is not None and find_chat:
+        chat = _local_chat_template(p.tokenizer)
+        if chat is not None:
+            _note(f"note: using the chat template of {cls}'s tokenizer ({chat})")
+    if p.api and not api and chat is None and not (p.fastchat_template and find_chat):
         kind = "a chat-template model" if p.chat_template else "an API model"
         _note(f"note: {name} is {kind} ({cls}): prompts are message lists, as it parses them")
-    if p.chat_template and not chat:
+    if p.chat_template and chat is None and not p.fastchat_template:
+        where = f" {p.tokenizer!r} is not on this machine;" if p.tokenizer and find_chat else ""
         _note(
-            f"note: {cls} renders these messages with its tokenizer's chat template; "
+            f"note: {cls} renders these messages with its tokenizer's chat template;{where} "
             "--chat-template (its tokenizer_config.json or model directory) gives the final text"
         )
     if p.meta_template is not model_cfg.get("meta_template"):
         what = (
             "ignores the config's meta template"
             if p.meta_template is None
-            else ("uses its default meta template (the config has none)")
+            else "uses its default meta template (the config has none)"
         )
         _note(f"note: {cls} {what}")
-    return p.meta_template, api or p.api
+    return p.meta_template, api or p.api, p, chat
+
+
+def _local_chat_template(tokenizer: str) -> str | None:
+    """The model directory of ``tokenizer`` (a directory, or a HuggingFace hub name already in
+    the local HuggingFace cache) when it holds a chat template; never downloads."""
+    names = ("tokenizer_config.json", "chat_template.jinja")
+    path = Path(tokenizer).expanduser()
+    if path.is_dir():
+        return str(path) if any((path / n).is_file() for n in names) else None
+    if path.is_absolute() or tokenizer.count("/") > 1:
+        return None
+    try:
+        hub = importlib.import_module("huggingface_hub")
+    except ImportError:
+        return None
+    for n in names:
+        try:
+            found = hub.try_to_load_from_cache(tokenizer, n)
+        except Exception:  # not a valid repository id
+            return None
+        if isinstance(found, str):
+            return os.path.dirname(found)
+    return None
 
 
 def _load_tokenizer(spec: str) -> Any:
@@ -547,9 +593,14 @@ def _prepare(
     cfg = _load_config(config)
     ds, name = _select_dataset(cfg, dataset, config)
     meta, model_name, model_cfg = _meta_template(model, meta_template, cfg, config)
+    prompting = None
+    gen = False
     if model_cfg is not None:
-        meta, api = _model_prompting(
-            model_cfg, model_name, flavor or cfg.flavor, api, chat_template is not None
+        infer = ds.get("infer_cfg") if isinstance(ds.get("infer_cfg"), Mapping) else {}
+        inferencer = infer.get("inferencer") if isinstance(infer, Mapping) else None
+        gen = (mode or DatasetRenderer._mode_of(inferencer or {})) == "gen"
+        meta, api, prompting, chat_template = _model_prompting(
+            model_cfg, model_name, flavor or cfg.flavor, api, chat_template, find_chat=gen
         )
     phase = progress.phase if progress is not None else None
     test_rows = read_rows(data, phase(f"reading {data}") if phase else None)
@@ -576,6 +627,13 @@ def _prepare(
             token_counter=tok,
             infer_mode=infer_mode,
             chat_template=chat,
+            chat_template_kwargs=prompting.chat_template_kwargs if prompting else None,
+            strip_bos=prompting.strip_bos if prompting else False,
+            fastchat_template=(
+                prompting.fastchat_template
+                if prompting is not None and prompting.chat_template and gen
+                else None
+            ),
         )
     job = _Job(
         renderer,

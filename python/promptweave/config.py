@@ -355,6 +355,18 @@ class ModelPrompting:
     #: the class is one of the frameworks' model classes promptweave knows; otherwise the config's
     #: meta template and the string parser are assumed
     known: bool
+    #: chat-template models: extra variables the class hands the chat template (vLLM's
+    #: ``chat_template_kwargs``)
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: chat-template models: the class strips the tokenizer's BOS token from the rendered text
+    #: (OpenCompass's LMDeploy chat model)
+    strip_bos: bool = False
+    #: chat-template models: where the class loads its tokenizer (``tokenizer_path``, else
+    #: ``path``): a model directory or a HuggingFace hub name
+    tokenizer: str | None = None
+    #: chat-template models: a FastChat conversation template used instead of the tokenizer's
+    #: chat template (``fastchat_template``)
+    fastchat_template: str | None = None
 
 
 def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> ModelPrompting:
@@ -379,7 +391,19 @@ def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> 
         name = ref().name if callable(ref) else str(t).rsplit(".", 1)[-1]
     meta = model_cfg.get("meta_template")
     if name in _CHAT_TEMPLATE_MODELS:
-        return ModelPrompting(name, meta or chat_meta_template(flavor), True, True, True)
+        tokenizer = model_cfg.get("tokenizer_path") or model_cfg.get("path")
+        kwargs = model_cfg.get("chat_template_kwargs") if name == "VLLMwithChatTemplate" else None
+        return ModelPrompting(
+            name,
+            meta or chat_meta_template(flavor),
+            True,
+            True,
+            True,
+            chat_template_kwargs=dict(kwargs or {}),
+            strip_bos=name == "TurboMindModelwithChatTemplate",
+            tokenizer=tokenizer if isinstance(tokenizer, str) and tokenizer else None,
+            fastchat_template=model_cfg.get("fastchat_template") or None,
+        )
     if name in _API_PARSER_MODELS:
         if not meta and name in _DEFAULT_CHAT_META_MODELS:
             meta = chat_meta_template(AISBENCH)

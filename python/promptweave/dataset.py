@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
-from promptweave.chat_models import chat_meta_template, convert_chat_messages
+from promptweave.chat_models import chat_meta_template, convert_chat_messages, format_fastchat
 from promptweave.chat_template import ChatTemplate
 from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.raw_prompt_template import flat_dict, immutable
@@ -162,6 +162,14 @@ class DatasetRenderer:
             :mod:`promptweave.chat_models`), converted to chat messages and rendered with
             ``add_generation_prompt=True``; every prompt is then a ``str``
             (:attr:`RenderResult.messages` keeps the messages). gen mode only.
+        chat_template_kwargs: extra variables for the chat template (a vLLM chat model's
+            ``chat_template_kwargs``, e.g. ``enable_thinking``).
+        strip_bos: remove the tokenizer's BOS token from the start of each rendered text, as
+            OpenCompass's LMDeploy chat model does before handing the text to its engine.
+        fastchat_template: render for a chat model configured with ``fastchat_template`` (the
+            FastChat conversation template it formats messages with instead of its tokenizer's
+            chat template; ``'vicuna'``): parsed and converted as with ``chat_template``, then
+            formatted by :func:`promptweave.chat_models.format_fastchat`. gen mode only.
     """
 
     def __init__(
@@ -184,6 +192,9 @@ class DatasetRenderer:
         abbr: str = "dataset",
         n: int = 1,
         k: int | Sequence[int] = 1,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        strip_bos: bool = False,
+        fastchat_template: str | None = None,
     ) -> None:
         if flavor not in (OPENCOMPASS, AISBENCH):
             raise ValueError(f"flavor must be 'opencompass' or 'aisbench', got {flavor!r}")
@@ -233,13 +244,24 @@ class DatasetRenderer:
             self.infer_mode = self._infer_mode(infer_mode)
         self.labels = list(labels) if labels is not None else None
         self.chat_template: ChatTemplate | None = None
-        if chat_template is not None:
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.strip_bos = strip_bos
+        self.fastchat_template = fastchat_template or None
+        if chat_template is not None and self.fastchat_template is not None:
+            raise ArgumentError(
+                "give chat_template or fastchat_template, not both: a chat model formats its "
+                "messages with one of them"
+            )
+        if chat_template is not None or self.fastchat_template is not None:
             if self.mode == "ppl":
                 raise ArgumentError(
                     "a chat template renders generation prompts (add_generation_prompt=True, as "
                     "the reference's chat models); it cannot be used in ppl mode"
                 )
-            self.chat_template = _as_chat_template(chat_template)
+            if self.fastchat_template is not None:
+                format_fastchat([], self.fastchat_template)  # an unknown name fails here
+            else:
+                self.chat_template = _as_chat_template(chat_template)
             # a chat model parses with an API parser: its meta template, else the default one
             api = True
             meta_template = meta_template or chat_meta_template(flavor)
@@ -295,6 +317,13 @@ class DatasetRenderer:
             if meta is None:
                 meta = prompting.meta_template
             kw.setdefault("api", prompting.api)
+            if kw.get("chat_template") is not None:
+                kw.setdefault("chat_template_kwargs", prompting.chat_template_kwargs)
+                kw.setdefault("strip_bos", prompting.strip_bos)
+            elif prompting.fastchat_template:
+                inferencer = dataset_cfg["infer_cfg"].get("inferencer") or {}
+                if (kw.get("mode") or cls._mode_of(inferencer)) == "gen":
+                    kw.setdefault("fastchat_template", prompting.fastchat_template)
         for key in ("abbr", "n", "k"):
             if key in dataset_cfg:
                 kw.setdefault(key, dataset_cfg[key])
@@ -552,7 +581,7 @@ class DatasetRenderer:
             test_rows, train_rows, indices, False, uniform, test_complete
         )
         messages = None
-        if self.chat_template is not None:
+        if self.chat_template is not None or self.fastchat_template is not None:
             prompts, messages = self._apply_chat_template(prompts)
         return RenderResult(
             prompts,
@@ -569,11 +598,19 @@ class DatasetRenderer:
     def _apply_chat_template(self, prompts: list[Any]) -> tuple[list[Any], list[Any]]:
         """Parsed prompts -> chat messages -> the chat template's strings (a multi-turn row's
         requests each)."""
-        assert self.chat_template is not None
         nested = self.flow == "multiturn"
         flat = [p for row in prompts for p in row] if nested else prompts
         conversations = convert_chat_messages(flat)
-        texts = self.chat_template.render_many(conversations, add_generation_prompt=True)
+        if self.fastchat_template is not None:
+            texts = format_fastchat(conversations, self.fastchat_template)
+        else:
+            assert self.chat_template is not None
+            texts = self.chat_template.render_many(
+                conversations, add_generation_prompt=True, **self.chat_template_kwargs
+            )
+            bos = self.chat_template.special_tokens.get("bos_token") if self.strip_bos else None
+            if bos:
+                texts = [t.removeprefix(bos) for t in texts]
         if not nested:
             return texts, conversations
         out_texts: list[Any] = []
