@@ -466,6 +466,81 @@ def test_chat_model_renders_with_its_local_tokenizer(work: Path) -> None:
     assert "'no-org/no-model' is not on this machine" in proc.stderr
 
 
+MMLU_ROWS = {
+    "dev": [
+        ["What is 1 + 1?", "1", "2", "3", "4", "B"],
+        ['A "quoted", comma', "x, y", "z", "w", "v", "A"],
+        *[[f"dev {i}", "a", "b", "c", "d", "ABCD"[i % 4]] for i in range(3)],
+    ],
+    "test": [
+        ["Multi-line\nquestion?", "一", "二", "三", "四", "C"],
+        ["Last one", "a", "b", "c", "d", "D"],
+    ],
+}
+
+
+def _reference_mmlu_load(refload: Any, path: Path, name: str) -> Any:
+    """The reference's ``MMLUDataset.load`` (its data-path lookup and registry stubbed)."""
+    import importlib
+    import types
+
+    M = refload.opencompass()
+    refload.base_dataset_class(M)
+    utils = sys.modules.get("opencompass.utils")
+    if utils is None or not hasattr(utils, "get_data_path"):
+        stub = types.ModuleType("opencompass.utils")
+        stub.get_data_path = lambda p, **_: p  # type: ignore[attr-defined]
+        sys.modules["opencompass.utils"] = stub
+    registry = types.ModuleType("opencompass.registry")
+    registry.LOAD_DATASET = types.SimpleNamespace(register_module=lambda: lambda c: c)  # type: ignore[attr-defined]
+    saved = sys.modules.get("opencompass.registry")
+    sys.modules["opencompass.registry"] = registry
+    try:
+        sys.modules.pop("opencompass.datasets.mmlu", None)
+        mmlu = importlib.import_module("opencompass.datasets.mmlu")
+    finally:
+        if saved is not None:
+            sys.modules["opencompass.registry"] = saved
+    return mmlu.MMLUDataset.load(str(path), name)
+
+
+def test_headerless_csv_columns_read_like_the_mmlu_loader(work: Path) -> None:
+    """--columns names the columns of header-less CSV files: MMLU's files read as the
+    reference's MMLUDataset.load reads them, and the real MMLU config renders from them."""
+    import _golden_ns
+
+    name = "college_biology"
+    for split, rows in MMLU_ROWS.items():
+        (work / "mmlu" / split).mkdir(parents=True, exist_ok=True)
+        with (work / "mmlu" / split / f"{name}_{split}.csv").open("w", newline="") as f:
+            csv.writer(f).writerows(rows)
+    loaded = _reference_mmlu_load(_golden_ns.import_refload(), work / "mmlu", name)
+    columns = ["input", "A", "B", "C", "D", "target"]
+    for split in ("dev", "test"):
+        path = str(work / "mmlu" / split / f"{name}_{split}.csv")
+        assert cli.read_rows(path, columns=columns) == list(loaded[split])
+    from _wheels import configs_root
+
+    config = str(configs_root("oc") / "datasets" / "mmlu" / "mmlu_gen_4d595a.py")
+    args = ["render", config, "--dataset", f"lukaemon_mmlu_{name}"]
+    args += ["--data", f"mmlu/test/{name}_test.csv", "--train", f"mmlu/dev/{name}_dev.csv"]
+    recs = records(ok(work, *args, "--columns", ",".join(columns)).stdout)
+    assert len(recs) == 2
+    assert recs[0]["ice_indices"] == [0, 1, 2, 3, 4]  # FixK
+    assert 'A "quoted", comma' in recs[0]["prompt"]
+    assert "Multi-line\nquestion?" in recs[0]["prompt"]
+    # without --columns the first row is taken for a header: one dev row short for FixK
+    assert "Index 4 is out of range of 4" in fails(work, *args)
+    assert "--columns names the columns of .csv/.tsv files; none is given" in fails(
+        work, "render", "string_cfg.py", "--data", "test.jsonl", "--columns", "a,b"
+    )
+    assert "--columns names a column more than once: 'A'" in fails(
+        work, *args, "--columns", "input,A,A,C,D,target"
+    )
+    short = fails(work, *args, "--columns", "input,A,B")
+    assert f"mmlu/test/{name}_test.csv:2: 6 fields, --columns names 3" in short
+
+
 CHAT_JINJA = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"

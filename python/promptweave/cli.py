@@ -106,10 +106,16 @@ def _errors_as_cli(what: str | None = None) -> Iterator[None]:
 # ============================================================================ reading data
 
 
-def read_rows(path: str, progress: Callable[[int], None] | None = None) -> list[Row]:
+def read_rows(
+    path: str,
+    progress: Callable[[int], None] | None = None,
+    columns: Sequence[str] | None = None,
+) -> list[Row]:
     """The rows of a ``.jsonl``/``.ndjson``, ``.json`` (a list of rows or an object of column
     lists), ``.csv``/``.tsv`` (values as str) or ``.parquet`` file; ``progress(n)`` is told
-    of rows read from JSONL and CSV files.
+    of rows read from JSONL and CSV files. ``columns`` names the columns of a CSV/TSV file
+    without a header row (such as MMLU's ``input,A,B,C,D,target`` files); other formats do
+    not use it.
 
     Raises:
         CliError: the file is missing, unreadable or malformed (the message names file and line).
@@ -129,7 +135,7 @@ def read_rows(path: str, progress: Callable[[int], None] | None = None) -> list[
         if fmt == "json":
             return _read_json(p, path)
         if fmt in ("csv", "tsv"):
-            return _read_csv(p, path, "\t" if fmt == "tsv" else ",", progress)
+            return _read_csv(p, path, "\t" if fmt == "tsv" else ",", progress, columns)
         return _read_parquet(p, path)
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
@@ -205,26 +211,31 @@ def _read_json(p: Path, name: str) -> list[Row]:
 
 
 def _read_csv(
-    p: Path, name: str, delimiter: str, progress: Callable[[int], None] | None
+    p: Path,
+    name: str,
+    delimiter: str,
+    progress: Callable[[int], None] | None,
+    columns: Sequence[str] | None = None,
 ) -> list[Row]:
     rows: list[Row] = []
     with p.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
         try:
-            header = next(reader, None)
+            header = list(columns) if columns is not None else next(reader, None)
             if header is None:
                 return rows
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:
                 names = ", ".join(repr(c) for c in twice)
-                raise CliError(f"{name}:1: the header names a column more than once: {names}")
+                where = "--columns names" if columns is not None else f"{name}:1: the header names"
+                raise CliError(f"{where} a column more than once: {names}")
             for record in reader:
                 if not record:
                     continue
                 if len(record) != len(header):
+                    what = "--columns names" if columns is not None else "the header has"
                     raise CliError(
-                        f"{name}:{reader.line_num}: {len(record)} fields, the header has "
-                        f"{len(header)}"
+                        f"{name}:{reader.line_num}: {len(record)} fields, {what} {len(header)}"
                     )
                 rows.append(dict(zip(header, record, strict=True)))
                 if progress is not None and not len(rows) % 1024:
@@ -489,8 +500,10 @@ def _model_prompting(
                 f"{p.fastchat_template!r}, not a chat template: drop --chat-template"
             )
         if find_chat:
-            _note(f"note: {cls} formats the messages with the FastChat template "
-                  f"{p.fastchat_template!r} (its fastchat_template)")
+            _note(
+                f"note: {cls} formats the messages with the FastChat template "
+                f"{p.fastchat_template!r} (its fastchat_template)"
+            )
     elif p.chat_template and chat is None and p.tokenizer is not None and find_chat:
         chat = _local_chat_template(p.tokenizer)
         if chat is not None:
@@ -584,6 +597,7 @@ def _prepare(
     progress: _Progress | None = None,
     rows_as_given: bool = False,
     ice_indices: str | None = None,
+    columns: str | None = None,
 ) -> _Job:
     from promptweave.dataset import DatasetRenderer
     from promptweave.tokens import as_token_counter
@@ -603,10 +617,18 @@ def _prepare(
             model_cfg, model_name, flavor or cfg.flavor, api, chat_template, find_chat=gen
         )
     phase = progress.phase if progress is not None else None
-    test_rows = read_rows(data, phase(f"reading {data}") if phase else None)
+    names = None
+    if columns is not None:
+        names = [c.strip() for c in columns.split(",")]
+        if not all(names):
+            raise CliError(f"--columns {columns!r}: an empty column name")
+        files = [f for f in (data, train) if f is not None]
+        if not any(DATA_FORMATS.get(Path(f).suffix.lower()) in ("csv", "tsv") for f in files):
+            raise CliError("--columns names the columns of .csv/.tsv files; none is given")
+    test_rows = read_rows(data, phase(f"reading {data}") if phase else None, names)
     train_rows = None
     if train is not None:
-        train_rows = read_rows(train, phase(f"reading {train}") if phase else None)
+        train_rows = read_rows(train, phase(f"reading {train}") if phase else None, names)
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
     chat = None
     if chat_template is not None:
@@ -1116,6 +1138,12 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Rows the in-context examples are drawn from (default: the test rows). "
             "Unused, with a warning, when the config's reader takes both splits from one "
             "(train_split == test_split), as the reference does.",
+        ),
+        click.option(
+            "--columns",
+            metavar="NAMES",
+            help="The column names of .csv/.tsv files that have no header row, comma-separated "
+            "(MMLU's files: input,A,B,C,D,target); every row of the file is then data.",
         ),
         click.option(
             "--ice-indices",
