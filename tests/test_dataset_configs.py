@@ -115,6 +115,11 @@ class Meta:
     api: bool
 
 
+def renderer_for(infer: Any, reader: Any, meta: Meta, **kw: Any) -> DatasetRenderer:
+    """promptweave's renderer of a dataset config for the model of ``meta``."""
+    return DatasetRenderer(infer, reader, meta.template, api=meta.api, **kw)
+
+
 @functools.cache
 def _metas() -> tuple[Meta, ...]:
     root = configs_root("oc")
@@ -749,11 +754,10 @@ def run_case(case: Case, M: Any, stats: Stats, metas: tuple[Meta, ...]) -> None:
             labels = expected.labels if explicit else None
             renderer: DatasetRenderer | None = None
             try:
-                renderer = DatasetRenderer(
+                renderer = renderer_for(
                     infer,
                     reader,
-                    meta.template,
-                    api=meta.api,
+                    meta,
                     flavor=FLAVOR[case.fw],
                     mode=mode if tag != "config" else None,
                     labels=labels,
@@ -1066,14 +1070,10 @@ def test_model_retriever_configs_render_from_given_indices(reference: dict[str, 
             meta = metas[k % len(metas)]
             ref = RefPipeline(M, "oc", case.infer_cfg, case.reader_cfg, rows, stand_in)
             expected = ref.parse(ref.build(mode, indices=indices), meta, mode)
-            ours = DatasetRenderer(
-                case.infer_cfg,
-                case.reader_cfg,
-                meta.template,
-                api=meta.api,
-                mode=mode,
-                labels=expected.labels,
-            ).render(rows.test, rows.train, ice_indices=[list(x) for x in indices])
+            renderer = renderer_for(
+                case.infer_cfg, case.reader_cfg, meta, mode=mode, labels=expected.labels
+            )
+            ours = renderer.render(rows.test, rows.train, ice_indices=[list(x) for x in indices])
             diff = compare(ours, expected, len(rows.test))
             assert diff is None, f"{case.rel} [{case.retriever}, {meta.name}, {mode}]\n    {diff}"
             assert ours.ice_indices == indices

@@ -45,7 +45,6 @@ if str(TESTS_DIR) not in sys.path:
 import test_dataset_configs as T  # noqa: E402  (the reference pipeline and the comparison)
 
 from promptweave import _backend  # noqa: E402
-from promptweave.dataset import DatasetRenderer  # noqa: E402
 
 #: several times the profile's example count: each example is a whole config, and cheap
 SETTINGS = settings(
@@ -274,14 +273,8 @@ def test_generated_configs_match_reference(
     for force_python in (False, True):
         _backend.FORCE_PYTHON = force_python
         try:
-            renderer = DatasetRenderer(
-                infer,
-                reader,
-                meta.template,
-                api=meta.api,
-                flavor=T.FLAVOR[fw],
-                mode=mode,
-                labels=labels,
+            renderer = T.renderer_for(
+                infer, reader, meta, flavor=T.FLAVOR[fw], mode=mode, labels=labels
             )
             ours: Any = renderer.render(rows.test, rows.train)
         except Exception as exc:
