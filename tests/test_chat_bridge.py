@@ -347,3 +347,30 @@ def test_chat_model_classes_match_reference(
         model_class in ("HuggingFacewithChatTemplate", "VLLMwithChatTemplate")
     )
     assert first.startswith("A chat between") == (model_class == "fastchat")
+
+
+def test_chat_token_counter_counts_like_a_chat_model() -> None:
+    """``chat_token_counter``: what OpenCompass's chat-template models' ``get_token_len`` counts
+    -- the prompt's text as one user message through ``apply_chat_template(...,
+    add_generation_prompt=True, return_dict=True)``."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from promptweave.tokens import chat_token_counter
+
+    vocab = {"<unk>": 0, "user": 1, "assistant": 2, "hello": 3}
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    hf = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+        chat_template=LLAMA3,
+    )
+    ours = chat_token_counter(
+        pw.ChatTemplate(LLAMA3, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>"),
+        hf.backend_tokenizer,
+    )
+    for text in ["", "hello", "hello world, 中文 <|eot_id|> x", "a\nb\n\n  c", "Q: 1+1?\nA: 2"]:
+        message = [{"role": "user", "content": text}]
+        want = hf.apply_chat_template(message, add_generation_prompt=True, return_dict=True)
+        assert ours(text) == len(want["input_ids"]), text

@@ -541,6 +541,50 @@ def test_headerless_csv_columns_read_like_the_mmlu_loader(work: Path) -> None:
     assert f"mmlu/test/{name}_test.csv:2: 6 fields, --columns names 3" in short
 
 
+def test_model_max_seq_len_drops_examples_as_opencompass(work: Path) -> None:
+    """--model's max_seq_len is applied as OpenCompass applies it: an API model estimates
+    tokens itself (no tokenizer needed); a local model counts with --tokenizer or with the
+    tokenizer.json of its path; without a way to count, a note says the limit is not applied."""
+    tokenizers = pytest.importorskip("tokenizers")
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    full = records(ok(work, *args, "--model", "api_model.py").stdout)
+    assert [r["ice_indices"] for r in full] == [[0, 2]] * 4
+    gemini = API_MODEL_CFG.replace("type=OpenAISDK", "type=Gemini, max_seq_len=25")
+    gemini = gemini.replace("import OpenAISDK", "import Gemini")
+    (work / "gemini.py").write_text(gemini, "utf-8")
+    proc = ok(work, *args, "--model", "gemini.py")
+    trimmed = records(proc.stdout)
+    assert "max_seq_len (25), as OpenCompass does (tokens estimated" in proc.stderr
+    assert [r["ice_indices"] for r in trimmed] != [[0, 2]] * 4
+    assert all(r["ice_indices"] in ([], [0], [0, 2]) for r in trimmed)
+    # the rows that were not trimmed are the untrimmed prompts
+    for a, b in zip(trimmed, full, strict=True):
+        if a["ice_indices"] == [0, 2]:
+            assert a == b
+    # --max-seq-len overrides the model's
+    wide = ok(work, *args, "--model", "gemini.py", "--max-seq-len", "100000")
+    assert records(wide.stdout) == full
+    # a local model: its tokenizer.json counts, else the limit is not applied
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    (work / "lm").mkdir()
+    tk.save(str(work / "lm" / "tokenizer.json"))
+    lm = MODEL_CFG.replace("abbr='chatml',", "abbr='chatml', path='lm', max_seq_len=40,")
+    (work / "lm_model.py").write_text(lm, "utf-8")
+    proc = ok(work, *args, "--model", "lm_model.py")
+    assert "tokens counted by the model's tokenizer (lm)" in proc.stderr
+    lens = [len(r["ice_indices"]) for r in records(proc.stdout)]
+    assert min(lens) < 2
+    far = MODEL_CFG.replace("abbr='chatml',", "abbr='chatml', path='nowhere', max_seq_len=40,")
+    (work / "far_model.py").write_text(far, "utf-8")
+    proc = ok(work, *args, "--model", "far_model.py")
+    assert "the model's max_seq_len (40) is not applied" in proc.stderr
+    assert [len(r["ice_indices"]) for r in records(proc.stdout)] == [2] * 4
+    with_tok = ok(work, *args, "--model", "far_model.py", "--tokenizer", "lm/tokenizer.json")
+    assert [len(r["ice_indices"]) for r in records(with_tok.stdout)] == lens
+    assert "needs a tokenizer" in fails(work, *args, "--max-seq-len", "10")
+
+
 CHAT_JINJA = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"

@@ -1551,6 +1551,73 @@ def test_max_seq_len_matches_gen_inferencer(reference: dict[str, Any], tmp_path:
     assert trimmed >= 10
 
 
+def test_api_token_len_is_the_reference_estimate(reference: dict[str, Any]) -> None:
+    """``promptweave.tokens.api_token_len`` == OpenCompass's ``BaseAPIModel.get_token_len`` on
+    generated text (ASCII words, CJK, other scripts, full-width forms, punctuation)."""
+    from promptweave.tokens import api_token_len
+
+    _, FakeAPI = _fake_models(reference["oc"])
+    model = FakeAPI(None)
+    rng = random.Random(7)
+    alphabet = [*"aZ9 _-.'\n\t", "中", "文", "\u4e00", "\u9fff", "\u3400", "é", "\uff11", "😀"]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert api_token_len(text) == model.get_token_len(text), repr(text)
+
+
+def test_model_max_seq_len_like_the_infer_task(reference: dict[str, Any], tmp_path: Path) -> None:
+    """``from_config(dataset, model_cfg)`` drops in-context examples by the model config's
+    ``max_seq_len`` as OpenCompass's infer task does (it hands the model's max_seq_len to the
+    inferencer): an API class that keeps BaseAPIModel's estimate with no counter given, a
+    local model with the caller's counter; a class that counts with tiktoken and no counter is
+    left untrimmed."""
+    M = reference["oc"]
+    FakeLM, FakeAPI = _fake_models(M)
+    api_meta = next(m for m in _metas() if m.name == "api-llama3.1").template
+    lm_meta = next(m for m in _metas() if m.name == "internlm2-sys").template
+    trimmed = checked = 0
+    for case, rows in _trim_cases():
+        if case.mode != "gen":
+            continue
+        ref = RefPipeline(M, "oc", case.infer_cfg, case.reader_cfg, rows)
+        built = ref.build("gen")
+        if built.errors or not built.prompts:
+            continue
+        it, pt = _ref_template(M, ref.it_cfg), _ref_template(M, ref.pt_cfg)
+        ds = {"infer_cfg": case.infer_cfg, "reader_cfg": case.reader_cfg}
+        for cls, meta, fake, kw in (
+            ("Gemini", api_meta, FakeAPI, {}),
+            ("HuggingFaceCausalLM", lm_meta, FakeLM, {"token_counter": len}),
+        ):
+            model = fake(copy.deepcopy(meta))
+            try:
+                full = [model.get_token_len_from_template(p, mode="gen") for p in built.prompts]
+            except KeyError:
+                continue
+            limit = (min(full) + max(full)) // 2
+            r = ref._retriever()
+            inf = M.GenInferencer(
+                model=model, max_out_len=8, max_seq_len=limit, output_json_filepath=str(tmp_path)
+            )
+            prompts = inf.get_generation_prompt_list_from_retriever_indices(
+                r.retrieve(), r, "", max_seq_len=limit, ice_template=it, prompt_template=pt
+            )
+            want = [model.parse_template(p, mode="gen") for p in prompts]
+            cfg = {"type": cls, "meta_template": meta, "max_seq_len": limit}
+            res = DatasetRenderer.from_config(ds, cfg, **kw).render(rows.test, rows.train)
+            assert repr(res.prompts) == repr(want), (case.rel, cls, limit)
+            fixed = list(case.infer_cfg["retriever"]["fix_id_list"])
+            trimmed += any(len(idx) < len(fixed) for idx in res.ice_indices)
+            checked += 1
+        # OpenAISDK counts with tiktoken: without a counter its max_seq_len is not applied
+        cfg = {"type": "OpenAISDK", "meta_template": api_meta, "max_seq_len": 1}
+        res = DatasetRenderer.from_config(ds, cfg).render(rows.test, rows.train)
+        untrimmed = DatasetRenderer.from_config(ds, {**cfg, "max_seq_len": None})
+        assert res.prompts == untrimmed.render(rows.test, rows.train).prompts
+    assert checked >= 10
+    assert trimmed >= 5
+
+
 def test_max_seq_len_matches_ppl_inferencer(reference: dict[str, Any], tmp_path: Path) -> None:
     """OC ``PPLInferencer.inference`` (in-place trimming that carries over to later labels):
     the inputs its model receives, label by label, equal ours."""

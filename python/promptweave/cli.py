@@ -527,6 +527,81 @@ def _model_prompting(
     return p.meta_template, api or p.api, p, chat
 
 
+def _seq_len_fitting(
+    p: Any, flavor: str, max_seq_len: int | None, tok: Any, chat: Any
+) -> tuple[int | None, Any]:
+    """The ``max_seq_len`` and token counter to render with: ``--max-seq-len``, else (in the
+    OpenCompass flavour) the model config's, as OpenCompass's inferencers take it; tokens
+    counted as the model's class counts them -- the API models' estimate, or a tokenizer
+    (``--tokenizer``, else the model's own when it is on this machine), through the chat
+    template for chat-template models. Where the count cannot be had, a note says that the
+    model's limit is not applied (an explicit --max-seq-len is then an error)."""
+    from promptweave._flavor import OPENCOMPASS
+    from promptweave.tokens import api_token_len, as_token_counter, chat_token_counter
+
+    given = max_seq_len is not None
+    if not given and (p is None or p.max_seq_len is None or flavor != OPENCOMPASS):
+        return None, tok
+    limit = max_seq_len if max_seq_len is not None else p.max_seq_len
+    kind = p.token_count if p is not None else "tokenizer"
+    if kind == "words" and tok is None:
+        counter: Any = api_token_len
+        how = "tokens estimated as OpenCompass's API models estimate them"
+    else:
+        source = "--tokenizer"
+        if tok is None and p is not None and p.tokenizer is not None and kind is not None:
+            tok = _local_tokenizer(p.tokenizer)
+            source = f"the model's tokenizer ({p.tokenizer})"
+        if tok is None or (kind == "chat" and chat is None):
+            why = "its chat template and tokenizer" if kind == "chat" else "a tokenizer"
+            if given:
+                raise CliError(f"--max-seq-len needs {why} to count tokens (--tokenizer)")
+            _note(
+                f"note: the model's max_seq_len ({limit:,}) is not applied: counting its tokens "
+                f"needs {why} (--tokenizer); OpenCompass drops in-context examples from longer "
+                "prompts"
+            )
+            return None, None
+        if kind == "chat" and chat is not None:
+            counter = chat_token_counter(chat, tok)
+            how = f"tokens of the chat template's text, by {source}"
+        else:
+            counter = as_token_counter(tok)
+            how = f"tokens counted by {source}"
+    if not given:
+        _note(
+            f"note: in-context examples are dropped from prompts longer than the model's "
+            f"max_seq_len ({limit:,}), as OpenCompass does ({how})"
+        )
+    return limit, counter
+
+
+def _local_tokenizer(spec: str) -> Any:
+    """A ``tokenizers.Tokenizer`` from the ``tokenizer.json`` of a model directory or of a hub
+    name already in the HuggingFace cache; ``None`` if there is none (never downloads)."""
+    try:
+        tokenizers = importlib.import_module("tokenizers")
+    except ImportError:
+        return None
+    path = Path(spec).expanduser()
+    found: Any = None
+    if path.is_dir():
+        found = path / "tokenizer.json" if (path / "tokenizer.json").is_file() else None
+    elif not path.is_absolute() and spec.count("/") <= 1:
+        try:
+            found = importlib.import_module("huggingface_hub").try_to_load_from_cache(
+                spec, "tokenizer.json"
+            )
+        except Exception:  # no huggingface_hub, or not a repository id
+            found = None
+    if not isinstance(found, (str, Path)):
+        return None
+    try:
+        return tokenizers.Tokenizer.from_file(str(found))
+    except Exception:
+        return None
+
+
 def _local_chat_template(tokenizer: str) -> str | None:
     """The model directory of ``tokenizer`` (a directory, or a HuggingFace hub name already in
     the local HuggingFace cache) when it holds a chat template; never downloads."""
@@ -602,8 +677,6 @@ def _prepare(
     from promptweave.dataset import DatasetRenderer
     from promptweave.tokens import as_token_counter
 
-    if max_seq_len is not None and tokenizer is None:
-        raise CliError("--max-seq-len needs --tokenizer to count tokens")
     cfg = _load_config(config)
     ds, name = _select_dataset(cfg, dataset, config)
     meta, model_name, model_cfg = _meta_template(model, meta_template, cfg, config)
@@ -637,6 +710,7 @@ def _prepare(
         with _errors_as_cli(f"chat template {chat_template}"):
             chat = ChatTemplate.from_file(chat_template)
         model_name = f"{model_name} + chat template {os.path.basename(chat_template)}"
+    max_seq_len, counter = _seq_len_fitting(prompting, flavor or cfg.flavor, max_seq_len, tok, chat)
     with _errors_as_cli(f"dataset {name}"):
         renderer = DatasetRenderer.from_config(
             ds,
@@ -646,7 +720,7 @@ def _prepare(
             flavor=flavor or cfg.flavor,
             mode=mode,
             max_seq_len=max_seq_len,
-            token_counter=tok,
+            token_counter=counter if max_seq_len is not None else None,
             infer_mode=infer_mode,
             chat_template=chat,
             chat_template_kwargs=prompting.chat_template_kwargs if prompting else None,

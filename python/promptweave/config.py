@@ -337,6 +337,48 @@ _LM_PARSER_MODELS: Final = frozenset(
 # Models that parse with LMTemplateParser() whatever the config says (no meta template)
 _NO_META_MODELS: Final = frozenset({"HuggingFaceBaseModel"})
 
+# How OpenCompass's model classes count a prompt's tokens for its ``max_seq_len`` (the
+# inferencers drop in-context examples until the prompt fits): API models that keep
+# BaseAPIModel's estimate (no tokenizer needed) ...
+_WORD_COUNT_MODELS: Final = _API_PARSER_MODELS - frozenset(
+    {
+        # OpenAI's classes count with tiktoken; these local ones with their own tokenizer
+        "OpenAI",
+        "OpenAISDK",
+        "OpenAISDKResponse",
+        "OpenAISDKRollout",
+        "OpenAISDKStreaming",
+        "HuggingFaceChatGLM3",
+        "LLaMA2AccessoryModel",
+        "Llama2",
+        "Llama2Chat",
+        "Mixtral",
+        # AISBench's (AISBench never drops in-context examples)
+        "VITAGenerateAPI",
+        "VLLMCustomAPIChat",
+        "VLLMCustomAPIChatStream",
+        "VLLMFunctionCallAPIChat",
+        "VllmMultiturnAPIChatStream",
+    }
+)
+# ... models that encode the prompt with their tokenizer, special tokens included ...
+_TOKENIZER_COUNT_MODELS: Final = frozenset(
+    {
+        "HuggingFace",
+        "HuggingFaceCausalLM",
+        "HuggingFaceBaseModel",
+        "ModelScope",
+        "ModelScopeCausalLM",
+        "VLLM",
+        "TurboMindModel",
+    }
+)
+# ... and the chat-template models, which count the chat template's rendering of the prompt's
+# text as one user message (see promptweave.tokens.chat_token_counter).
+_CHAT_COUNT_MODELS: Final = frozenset(
+    {"HuggingFacewithChatTemplate", "VLLMwithChatTemplate", "TurboMindModelwithChatTemplate"}
+)
+
 
 @dataclass(frozen=True)
 class ModelPrompting:
@@ -361,12 +403,20 @@ class ModelPrompting:
     #: chat-template models: the class strips the tokenizer's BOS token from the rendered text
     #: (OpenCompass's LMDeploy chat model)
     strip_bos: bool = False
-    #: chat-template models: where the class loads its tokenizer (``tokenizer_path``, else
-    #: ``path``): a model directory or a HuggingFace hub name
+    #: where the class loads its tokenizer (``tokenizer_path``, else ``path``): a model
+    #: directory or a HuggingFace hub name
     tokenizer: str | None = None
     #: chat-template models: a FastChat conversation template used instead of the tokenizer's
     #: chat template (``fastchat_template``)
     fastchat_template: str | None = None
+    #: the config's ``max_seq_len``: OpenCompass drops in-context examples from prompts longer
+    #: than that (AISBench does not)
+    max_seq_len: int | None = None
+    #: how the class counts tokens for that: ``'words'`` (API models' estimate,
+    #: :func:`promptweave.tokens.api_token_len`), ``'tokenizer'`` (its tokenizer, special
+    #: tokens included), ``'chat'`` (:func:`promptweave.tokens.chat_token_counter`) or ``None``
+    #: (its own way: give a counter)
+    token_count: str | None = None
 
 
 def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> ModelPrompting:
@@ -390,8 +440,20 @@ def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> 
         ref = getattr(t, "_pw_ref", None)
         name = ref().name if callable(ref) else str(t).rsplit(".", 1)[-1]
     meta = model_cfg.get("meta_template")
+    length = model_cfg.get("max_seq_len")
+    max_seq_len = length if isinstance(length, int) and not isinstance(length, bool) else None
+    token_count = (
+        "words"
+        if name in _WORD_COUNT_MODELS
+        else "tokenizer"
+        if name in _TOKENIZER_COUNT_MODELS
+        else "chat"
+        if name in _CHAT_COUNT_MODELS
+        else None
+    )
+    tokenizer = model_cfg.get("tokenizer_path") or model_cfg.get("path")
+    tokenizer = tokenizer if isinstance(tokenizer, str) and tokenizer else None
     if name in _CHAT_TEMPLATE_MODELS:
-        tokenizer = model_cfg.get("tokenizer_path") or model_cfg.get("path")
         kwargs = model_cfg.get("chat_template_kwargs") if name == "VLLMwithChatTemplate" else None
         return ModelPrompting(
             name,
@@ -401,16 +463,46 @@ def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> 
             True,
             chat_template_kwargs=dict(kwargs or {}),
             strip_bos=name == "TurboMindModelwithChatTemplate",
-            tokenizer=tokenizer if isinstance(tokenizer, str) and tokenizer else None,
+            tokenizer=tokenizer,
             fastchat_template=model_cfg.get("fastchat_template") or None,
+            max_seq_len=max_seq_len,
+            token_count=token_count,
         )
     if name in _API_PARSER_MODELS:
         if not meta and name in _DEFAULT_CHAT_META_MODELS:
             meta = chat_meta_template(AISBENCH)
-        return ModelPrompting(name, meta or None, True, False, True)
+        return ModelPrompting(
+            name,
+            meta or None,
+            True,
+            False,
+            True,
+            max_seq_len=max_seq_len,
+            token_count=token_count,
+            tokenizer=tokenizer,
+        )
     if name in _NO_META_MODELS:
-        return ModelPrompting(name, None, False, False, True)
-    return ModelPrompting(name, meta, False, False, name in _LM_PARSER_MODELS)
+        return ModelPrompting(
+            name,
+            None,
+            False,
+            False,
+            True,
+            max_seq_len=max_seq_len,
+            token_count=token_count,
+            tokenizer=tokenizer,
+        )
+    known = name in _LM_PARSER_MODELS
+    return ModelPrompting(
+        name,
+        meta,
+        False,
+        False,
+        known,
+        max_seq_len=max_seq_len,
+        token_count=token_count,
+        tokenizer=tokenizer,
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from promptweave.chat_template import ChatTemplate
 from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.raw_prompt_template import flat_dict, immutable
 from promptweave.retrievers import partial_indices, prepare_loaded
-from promptweave.tokens import TokenCounter, as_token_counter
+from promptweave.tokens import TokenCounter, api_token_len, as_token_counter
 
 __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
 
@@ -308,7 +308,11 @@ class DatasetRenderer:
         """From a dataset config dict and, optionally, a model config dict: the prompts are then
         parsed as that model's class parses them (:func:`promptweave.config.model_prompting`:
         message lists for API models, the class's default meta template where the config has
-        none). ``meta_template=`` / ``api=`` override what the model config gives."""
+        none), and, in the OpenCompass flavour, in-context examples are dropped from prompts
+        longer than the model's ``max_seq_len`` as OpenCompass's inferencers drop them -- counted
+        with ``token_counter=`` if given, else with the API models' estimate
+        (:func:`promptweave.tokens.api_token_len`) for the classes that use it.
+        ``meta_template=`` / ``api=`` / ``max_seq_len=`` override what the model config gives."""
         meta = kw.pop("meta_template", None)
         if model_cfg is not None:
             from promptweave.config import model_prompting
@@ -317,6 +321,18 @@ class DatasetRenderer:
             if meta is None:
                 meta = prompting.meta_template
             kw.setdefault("api", prompting.api)
+            # OpenCompass drops in-context examples from prompts longer than the model's
+            # max_seq_len: with the caller's token counter, or the API models' estimate
+            if (
+                prompting.max_seq_len is not None
+                and kw.get("flavor", OPENCOMPASS) == OPENCOMPASS
+                and "max_seq_len" not in kw
+            ):
+                if kw.get("token_counter") is not None:
+                    kw["max_seq_len"] = prompting.max_seq_len
+                elif prompting.token_count == "words":
+                    kw["max_seq_len"] = prompting.max_seq_len
+                    kw["token_counter"] = api_token_len
             if kw.get("chat_template") is not None:
                 kw.setdefault("chat_template_kwargs", prompting.chat_template_kwargs)
                 kw.setdefault("strip_bos", prompting.strip_bos)
@@ -707,9 +723,12 @@ class DatasetRenderer:
         labels: list[Any] | None,
         retriever: Any,
         progress: Callable[[int], None] | None,
+        whole: bool = False,
     ) -> _Rendered:
-        if self.max_seq_len is not None or _backend.FORCE_PYTHON:
+        if _backend.FORCE_PYTHON or (self.max_seq_len is not None and self.flow is not None):
             return self._render_rows_python(test, indices, labels, retriever, progress)
+        if self.max_seq_len is not None and not whole:
+            return self._render_rows_fitted(test, train, indices, labels, retriever, progress)
         if labels is None and self.parse_mode == self.mode:
             fast = self._render_flow_batch(test, train, indices, retriever)
             if fast is not None:
@@ -738,6 +757,41 @@ class DatasetRenderer:
                 return _Rendered(out, indices, len(test), True)
             _backend.note_fallback()
         return self._render_rows_python(test, indices, labels, retriever, progress)
+
+    def _render_rows_fitted(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        labels: list[Any] | None,
+        retriever: Any,
+        progress: Callable[[int], None] | None,
+    ) -> _Rendered:
+        """``max_seq_len``: every row rendered whole on the fast paths (the row-by-row path,
+        where it is taken, trims as it goes), then the rows whose prompt (any label's, in ppl
+        mode) is longer re-rendered row by row with the trimming loop -- the same prompts as
+        trimming every row, as a row that fits is never trimmed. An error sends the whole
+        dataset row by row, so that the reference's first error is the one raised."""
+        limit = self.max_seq_len
+        assert limit is not None
+        try:
+            whole = self._render_rows(test, train, indices, labels, retriever, progress, True)
+        except Exception:
+            return self._render_rows_python(test, indices, labels, retriever, None)
+        prompts, used = list(whole.prompts), list(whole.used)
+        redone = 0
+        for i, prompt in enumerate(prompts):
+            parsed = prompt.values() if labels is not None else (prompt,)
+            if used[i] and any(self._count(p) > limit for p in parsed):
+                try:
+                    prompts[i], used[i] = self._render_one(test[i], retriever, used[i], labels)
+                except Exception as exc:
+                    if hasattr(exc, "add_note"):  # Python 3.11+
+                        exc.add_note(f"while rendering test row {i}")
+                    raise
+                redone += 1
+        rust_rows = max(whole.rust_rows - redone, 0)
+        return _Rendered(prompts, used, rust_rows, whole.uniform, whole.test_complete)
 
     def _render_rows_python(
         self,

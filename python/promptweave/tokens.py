@@ -1,12 +1,17 @@
 """Token counters for ``max_seq_len`` fitting: any callable, a HuggingFace ``tokenizers``
-tokenizer or a tiktoken encoding (neither imported here)."""
+tokenizer or a tiktoken encoding (neither imported here), OpenCompass's API-model estimate
+(:func:`api_token_len`) and a chat model's count (:func:`chat_token_counter`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TokenCounter", "as_token_counter"]
+__all__ = ["TokenCounter", "api_token_len", "as_token_counter", "chat_token_counter"]
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_CJK = re.compile(r"[\u4e00-\u9FFF]+")
 
 TokenCounter = Callable[[str], int]
 
@@ -27,3 +32,31 @@ def as_token_counter(counter: Any) -> TokenCounter:
     if callable(counter):
         return lambda text: int(counter(text))
     raise TypeError(f"token_counter must be callable or have .encode(), got {counter!r}")
+
+
+def api_token_len(text: str) -> int:
+    """The token count OpenCompass's API models estimate (``BaseAPIModel.get_token_len``, which
+    most of its API model classes keep): one per run of ASCII letters and digits, plus one per
+    CJK unified ideograph (U+4E00..U+9FFF); everything else counts nothing."""
+    return len(_WORD.findall(text)) + sum(len(run) for run in _CJK.findall(text))
+
+
+def chat_token_counter(chat_template: Any, tokenizer: Any) -> TokenCounter:
+    """How OpenCompass's chat-template models (HuggingFace, vLLM, LMDeploy "with chat
+    template") count a prompt for ``max_seq_len``: the prompt's text as one user message,
+    rendered by the chat template with ``add_generation_prompt=True`` and tokenized without
+    adding special tokens. ``chat_template``: a :class:`~promptweave.ChatTemplate`;
+    ``tokenizer``: a ``tokenizers.Tokenizer`` (or anything :func:`as_token_counter` takes,
+    then counted as it counts)."""
+    encode = getattr(tokenizer, "encode", None)
+    count: TokenCounter
+    if encode is not None and type(tokenizer).__module__.startswith("tokenizers"):
+        count = lambda text: len(encode(text, add_special_tokens=False).ids)  # noqa: E731
+    else:
+        count = as_token_counter(tokenizer)
+
+    def counter(text: str) -> int:
+        message = [{"role": "user", "content": text}]
+        return count(chat_template.render(message, add_generation_prompt=True))
+
+    return counter
