@@ -579,6 +579,11 @@ def test_model_max_seq_len_drops_examples_as_opencompass(work: Path) -> None:
     (work / "far_model.py").write_text(far, "utf-8")
     proc = ok(work, *args, "--model", "far_model.py")
     assert "the model's max_seq_len (40) is not applied" in proc.stderr
+    assert "and 4 prompts may be longer" in proc.stderr
+    # prompts too short to have that many tokens need no note
+    roomy = far.replace("max_seq_len=40", "max_seq_len=100000")
+    (work / "roomy_model.py").write_text(roomy, "utf-8")
+    assert "max_seq_len" not in ok(work, *args, "--model", "roomy_model.py").stderr
     assert [len(r["ice_indices"]) for r in records(proc.stdout)] == [2] * 4
     with_tok = ok(work, *args, "--model", "far_model.py", "--tokenizer", "lm/tokenizer.json")
     assert [len(r["ice_indices"]) for r in records(with_tok.stdout)] == lens

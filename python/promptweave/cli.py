@@ -333,6 +333,8 @@ class _Job:
     own_train: bool = True
     #: --ice-indices: the in-context example indices of every test row, computed elsewhere
     ice_indices: list[list[int]] | None = None
+    #: the model's max_seq_len when its tokens cannot be counted here, and a byte margin
+    unapplied_limit: tuple[int, int] | None = None
 
     def rows_rendered(self, limit: int | None) -> int:
         """How many test rows a render covers (after the preparation), then ``limit``."""
@@ -529,19 +531,20 @@ def _model_prompting(
 
 def _seq_len_fitting(
     p: Any, flavor: str, max_seq_len: int | None, tok: Any, chat: Any
-) -> tuple[int | None, Any]:
+) -> tuple[int | None, Any, tuple[int, int] | None]:
     """The ``max_seq_len`` and token counter to render with: ``--max-seq-len``, else (in the
     OpenCompass flavour) the model config's, as OpenCompass's inferencers take it; tokens
     counted as the model's class counts them -- the API models' estimate, or a tokenizer
     (``--tokenizer``, else the model's own when it is on this machine), through the chat
-    template for chat-template models. Where the count cannot be had, a note says that the
-    model's limit is not applied (an explicit --max-seq-len is then an error)."""
+    template for chat-template models. Where the count cannot be had, the model's limit is
+    not applied (an explicit --max-seq-len is then an error) and returned with a byte margin,
+    for :func:`_warn_unapplied_limit` to tell a person if a prompt could exceed it."""
     from promptweave._flavor import OPENCOMPASS
     from promptweave.tokens import api_token_len, as_token_counter, chat_token_counter
 
     given = max_seq_len is not None
     if not given and (p is None or p.max_seq_len is None or flavor != OPENCOMPASS):
-        return None, tok
+        return None, tok, None
     limit = max_seq_len if max_seq_len is not None else p.max_seq_len
     kind = p.token_count if p is not None else "tokenizer"
     if kind == "words" and tok is None:
@@ -556,12 +559,9 @@ def _seq_len_fitting(
             why = "its chat template and tokenizer" if kind == "chat" else "a tokenizer"
             if given:
                 raise CliError(f"--max-seq-len needs {why} to count tokens (--tokenizer)")
-            _note(
-                f"note: the model's max_seq_len ({limit:,}) is not applied: counting its tokens "
-                f"needs {why} (--tokenizer); OpenCompass drops in-context examples from longer "
-                "prompts"
-            )
-            return None, None
+            # a tokenizer makes at most one token per UTF-8 byte, plus its special tokens; a
+            # chat template adds its own text around the prompt
+            return None, None, (limit, 512 if kind == "chat" else 16)
         if kind == "chat" and chat is not None:
             counter = chat_token_counter(chat, tok)
             how = f"tokens of the chat template's text, by {source}"
@@ -573,7 +573,45 @@ def _seq_len_fitting(
             f"note: in-context examples are dropped from prompts longer than the model's "
             f"max_seq_len ({limit:,}), as OpenCompass does ({how})"
         )
-    return limit, counter
+    return limit, counter, None
+
+
+def _warn_unapplied_limit(job: _Job, result: Any) -> None:
+    """A note when the model's max_seq_len could not be applied and some prompt may be longer
+    (more UTF-8 bytes than the limit allows tokens, less a margin): OpenCompass would have
+    dropped in-context examples from it. Prompts that short cannot exceed it."""
+    if job.unapplied_limit is None:
+        return
+    limit, margin = job.unapplied_limit
+
+    def texts(prompt: Any) -> Iterator[str]:
+        if isinstance(prompt, dict):  # ppl: label -> prompt
+            for p in prompt.values():
+                yield from texts(p)
+        elif isinstance(prompt, list) and not (prompt and isinstance(prompt[0], dict)):
+            for p in prompt:  # multi-turn requests
+                yield from texts(p)
+        else:
+            yield (
+                str(prompt)
+                if not isinstance(prompt, list)
+                else "".join(
+                    str(m.get("prompt", "")) if isinstance(m, dict) else str(m) for m in prompt
+                )
+            )
+
+    longer = sum(
+        any(len(t.encode("utf-8", "surrogatepass")) + margin > limit for t in texts(p))
+        for p, ice in zip(result.prompts, result.ice_indices, strict=True)
+        if ice
+    )
+    if longer:
+        _note(
+            f"note: the model's max_seq_len ({limit:,}) is not applied -- counting its tokens "
+            f"needs its tokenizer (--tokenizer) -- and {longer:,} prompt"
+            f"{'s' if longer != 1 else ''} may be longer: OpenCompass would drop in-context "
+            "examples from those"
+        )
 
 
 def _local_tokenizer(spec: str) -> Any:
@@ -710,7 +748,9 @@ def _prepare(
         with _errors_as_cli(f"chat template {chat_template}"):
             chat = ChatTemplate.from_file(chat_template)
         model_name = f"{model_name} + chat template {os.path.basename(chat_template)}"
-    max_seq_len, counter = _seq_len_fitting(prompting, flavor or cfg.flavor, max_seq_len, tok, chat)
+    max_seq_len, counter, unapplied = _seq_len_fitting(
+        prompting, flavor or cfg.flavor, max_seq_len, tok, chat
+    )
     with _errors_as_cli(f"dataset {name}"):
         renderer = DatasetRenderer.from_config(
             ds,
@@ -744,6 +784,7 @@ def _prepare(
         loaded=not rows_as_given,
         own_train=train_rows is not None,
     )
+    job.unapplied_limit = unapplied
     if ice_indices is not None:
         lists = read_ice_indices(ice_indices)
         n = job.rows_rendered(None)
@@ -1155,6 +1196,7 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     result = _render(job, None, limit=n, strict=strict)
     zero = _render(job, None, limit=n, strict=False, zero_shot=True)
     _warn_missing(result)
+    _warn_unapplied_limit(job, result)
     r = job.renderer
     retriever = str(r.retriever_cfg.get("type", "ZeroRetriever"))
     retriever = getattr(r.retriever_cfg.get("type"), "name", retriever)
@@ -1353,6 +1395,7 @@ def render(
         result = _render(job, progress, limit=limit, strict=strict)
         _write_records(result, out, progress)
     _warn_missing(result)
+    _warn_unapplied_limit(job, result)
     if out not in (None, "-"):
         _note(f"wrote {len(result.prompts):,} prompts ({result.mode}) to {out}")
 
