@@ -18,6 +18,9 @@ test generates the configs too, and leans on the corners real configs rarely rea
   ``begin``/``end``, a reserved SYSTEM role, a SYSTEM round, meta ``begin``/``end``, a role's
   default ``prompt``, ``generate`` on the first role).
 
+With ``max_seq_len`` (OpenCompass), the fast paths with the too-long rows re-rendered must equal
+trimming every row on the row-by-row path.
+
 Each example runs both flavours' reference classes (``RefPipeline``: the reference retriever
 over its own ``DatasetReader``, ``generate_ice``, ``generate_prompt_for_generate_task`` or
 ``generate_label_prompt``, then ``parse_template``) and ``DatasetRenderer.render`` twice -- the
@@ -283,3 +286,30 @@ def test_generated_configs_match_reference(
             _backend.FORCE_PYTHON = False
         diff = T.compare(ours, expected, len(rows.test))
         assert diff is None, f"FORCE_PYTHON={force_python} {infer} {reader} {meta}\n{diff}"
+    if fw == "oc" and not isinstance(ours, BaseException) and data.draw(st.booleans()):
+        # max_seq_len: the fast paths plus re-rendering the rows that are too long equal
+        # trimming every row (the row-by-row path, held to the reference's inferencers by
+        # test_dataset_configs.py), at a length that keeps some examples and drops others
+        texts = [str(v) for p in ours.prompts for v in (p.values() if labels else [p])]
+        limit = data.draw(st.integers(0, max((len(t) for t in texts), default=0) + 1))
+        fitted = []
+        for force_python in (False, True):
+            _backend.FORCE_PYTHON = force_python
+            try:
+                renderer = T.renderer_for(
+                    infer,
+                    reader,
+                    meta,
+                    flavor="opencompass",
+                    mode=mode,
+                    labels=labels,
+                    max_seq_len=limit,
+                    token_counter=len,
+                )
+                got = renderer.render(rows.test, rows.train)
+                fitted.append(repr((got.prompts, got.ice_indices)))
+            except Exception as exc:
+                fitted.append(type(exc).__name__)
+            finally:
+                _backend.FORCE_PYTHON = False
+        assert fitted[0] == fitted[1], (limit, infer, meta)
