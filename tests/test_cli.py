@@ -590,6 +590,44 @@ def test_model_max_seq_len_drops_examples_as_opencompass(work: Path) -> None:
     assert "needs a tokenizer" in fails(work, *args, "--max-seq-len", "10")
 
 
+def test_chat_inferencer_config_renders_its_requests(work: Path) -> None:
+    """An OpenCompass ChatInferencer config (a multi-round chat per row) renders the requests
+    of its infer_mode; 'every' needs the model's replies and is refused."""
+    cfg = (
+        "from opencompass.openicl.icl_prompt_template import PromptTemplate\n"
+        "from opencompass.openicl.icl_retriever import ZeroRetriever\n"
+        "from opencompass.openicl.icl_inferencer import ChatInferencer\n"
+        "reader_cfg = dict(input_columns=['dialogue'], output_column='judge')\n"
+        "infer_cfg = dict(prompt_template=dict(type=PromptTemplate, template='{dialogue}'),\n"
+        "    retriever=dict(type=ZeroRetriever),\n"
+        "    inferencer=dict(type=ChatInferencer, infer_mode='every'))\n"
+        "mt_datasets = [dict(abbr='mt', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]\n"
+    )
+    (work / "mt_cfg.py").write_text(cfg, "utf-8")
+    dialogue = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Bye"},
+        {"role": "assistant", "content": ""},
+    ]
+    write_jsonl(work / "mt.jsonl", [{"dialogue": dialogue, "judge": "j"}])
+    args = ["render", "mt_cfg.py", "--data", "mt.jsonl", "--model", "api_model.py"]
+    assert "infer_mode 'every' (set by the inferencer config)" in fails(work, *args)
+    (rec,) = records(ok(work, *args, "--infer-mode", "every_with_gt").stdout)
+    assert rec["infer_mode"] == "every_with_gt"
+    assert rec["prompts"] == [
+        [{"role": "HUMAN", "prompt": "Hi"}],
+        [
+            {"role": "HUMAN", "prompt": "Hi"},
+            {"role": "BOT", "prompt": "Hello"},
+            {"role": "HUMAN", "prompt": "Bye"},
+        ],
+    ]
+    assert rec["sha256"] == [sha(json.dumps(p, ensure_ascii=False)) for p in rec["prompts"]]
+    (last,) = records(ok(work, *args, "--infer-mode", "last").stdout)
+    assert last["prompts"] == rec["prompts"][1:]
+
+
 CHAT_JINJA = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"

@@ -777,3 +777,103 @@ def test_chat_inferencer_parity_with_reference(
     _same(ours_out, ref_out)
     assert repr(ours_calls) == repr(ref_calls)
     assert repr(ours_saved) == repr(ref_saved)
+
+
+# ------------------------------------------------------- ChatInferencer datasets (CLI / renderer)
+
+
+def _chat_inferencer_configs() -> list[tuple[str, dict[str, Any]]]:
+    """The first dataset of every OpenCompass dataset config that runs ChatInferencer."""
+    from _wheels import configs_root
+
+    from promptweave.config import load_config
+
+    root = configs_root("oc") / "datasets"
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts or "ChatInferencer" not in path.read_text("utf-8"):
+            continue
+        ds = load_config(str(path)).datasets()[0]
+        out.append((str(path.relative_to(root)), ds))
+    return out
+
+
+def _chat_rows(columns: list[str], output: str | None, shape: str) -> list[dict[str, Any]]:
+    """Rows whose input columns are strings, lists of strings or chats (message dicts)."""
+    rows = []
+    for i in range(3):
+        row: dict[str, Any] = {}
+        for c in columns:
+            if shape == "str":
+                row[c] = f"{c} {i} {{x}}"
+            elif shape == "list":
+                row[c] = [f"{c} {i} turn {t}" for t in range(2)]
+            else:
+                row[c] = [
+                    {"role": "user", "content": f"u{i}"},
+                    {"role": "assistant", "content": f"gold{i}"},
+                    {"role": "user", "content": f"again {i}"},
+                    {"role": "assistant", "content": ""},
+                ]
+        if output is not None:
+            row[output] = f"out {i}" if shape != "list" else [f"out {i} {t}" for t in range(2)]
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["last", "every_with_gt"])
+def test_chat_inferencer_datasets_match_reference(
+    reference: dict[str, Any], ref_ns: Any, mode: str
+) -> None:
+    """``DatasetRenderer`` on the wheel's ChatInferencer dataset configs: each row's requests
+    are the model inputs the reference ``ChatInferencer`` hands its model (the chat parser over
+    the model's meta template), for chats from strings, lists of strings and message lists,
+    with no meta template, an LM and an API meta template; where the reference raises, ours
+    raises the same family."""
+    from promptweave.dataset import DatasetRenderer
+
+    ref = reference["oc"]
+    configs = _chat_inferencer_configs()
+    assert len(configs) >= 15
+    metas = [(None, False), (_golden_ns.META_HBS, False), (_golden_ns.API_HB, True)]
+    compared = raised = 0
+    for rel, ds in configs:
+        reader, infer = ds["reader_cfg"], ds["infer_cfg"]
+        columns = reader["input_columns"]
+        columns = [columns] if isinstance(columns, str) else list(columns)
+        output = reader.get("output_column")
+        for shape in ("str", "list", "chat"):
+            rows = _chat_rows(columns, reader.get("output_column"), shape)
+            for meta, api in metas:
+                model = (ref_ns["FakeAPI"] if api else ref_ns["FakeLM"])(copy.deepcopy(meta))
+                pt_cfg = infer.get("prompt_template")
+                pt = (
+                    ref.PromptTemplate(copy.deepcopy(pt_cfg["template"]))
+                    if pt_cfg is not None
+                    else None
+                )
+                try:
+                    z = ref.ZeroRetriever(
+                        ref_ns["DS"](copy.deepcopy(rows), copy.deepcopy(rows), columns, output)
+                    )
+                    inf = ref.ChatInferencer(
+                        model=model, infer_mode=mode, output_json_filepath=ref_ns["OUT"]
+                    )
+                    _run_chats(inf, z, pt, mode, _Handler())
+                    want: Any = [call[0] for call in model.calls]
+                except Exception as exc:
+                    want = exc
+                try:
+                    renderer = DatasetRenderer(infer, reader, meta, api=api, infer_mode=mode)
+                    got: Any = [r for row in renderer.render(rows).prompts for r in row]
+                except Exception as exc:
+                    got = exc
+                where = f"{rel} [{shape}, meta={meta is not None}, api={api}]"
+                if isinstance(want, Exception):
+                    assert isinstance(got, type(want)), (where, want, got)
+                    raised += 1
+                else:
+                    assert repr(got) == repr(want), where
+                    compared += 1
+    print(f"{mode}: {compared} renders equal, {raised} raised like the reference")
+    assert compared >= 40, compared

@@ -1316,10 +1316,10 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--infer-mode",
             type=click.Choice(["every_with_gt", "last", "every"]),
-            help="AISBench multi-turn (MultiTurnPromptTemplate) configs: which requests of "
-            "MultiTurnGenInferencer to render: every_with_gt (one per answer, gold answers in "
-            "the history) or last (the whole dialogue); default: the config's infer_mode. "
-            "'every' needs the model's replies and is refused.",
+            help="AISBench multi-turn (MultiTurnPromptTemplate) and OpenCompass ChatInferencer "
+            "configs: which requests of the multi-turn inferencer to render: every_with_gt (one "
+            "per answer, gold answers in the history) or last (the whole dialogue); default: "
+            "the config's infer_mode. 'every' needs the model's replies and is refused.",
         ),
         click.option(
             "--rows-as-given",
@@ -1385,10 +1385,10 @@ def render(
     \b
     AISBench multimodal (MMPromptTemplate) rows: "prompt" as above (with --api, the message
     prompt is the list of content parts).
-    AISBench multi-turn (MultiTurnPromptTemplate) rows:
+    AISBench multi-turn (MultiTurnPromptTemplate) and OpenCompass ChatInferencer rows:
       {"index", "infer_mode", "prompts": [request 0 input, request 1 input, ...],
        "ice_indices", "sha256": [one per request, as above]}
-    one model input per request MultiTurnGenInferencer sends for the row (--infer-mode).
+    one model input per request the inferencer sends for the row (--infer-mode).
     """
     with _Progress() as progress:
         job = _prepare(dataset_config, progress=progress, **kw)

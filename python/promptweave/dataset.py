@@ -43,7 +43,7 @@ __all__ = ["DatasetRenderer", "RenderResult", "as_rows"]
 Mode = Literal["gen", "ppl"]
 #: inferencers that score generation prompts (their 'ppl' parse)
 PPL_ONLY = ("PPLOnlyInferencer", "InferencePPLOnlyInferencer")
-Flow = Literal["multimodal", "multiturn"]
+Flow = Literal["multimodal", "multiturn", "chat"]
 #: AISBench-only template classes, rendered row by row: class name -> flow
 _AIS_FLOWS: dict[str, Flow] = {
     "MMPromptTemplate": "multimodal",
@@ -231,9 +231,28 @@ class DatasetRenderer:
         self.parse_mode: Mode = self.mode
         if self.mode == "gen" and _type_name(self.inferencer_cfg.get("type")) in PPL_ONLY:
             self.parse_mode = "ppl"
-        self.template = self._final_template()
-        self.flow: Flow | None = self._flow_of(self.template)
         self.infer_mode: str | None = None
+        self.flow: Flow | None
+        if _type_name(self.inferencer_cfg.get("type")) == "ChatInferencer":
+            # OpenCompass's ChatInferencer: one chat per row (from the prompt template, if any,
+            # or the columns), its requests per infer_mode; in-context examples are not used
+            if self.flavor != OPENCOMPASS:
+                raise make_error(
+                    TemplateError,
+                    "ChatInferencer is an OpenCompass inferencer; render with "
+                    "flavor='opencompass' (AISBench's multi-turn datasets use "
+                    "MultiTurnPromptTemplate)",
+                )
+            if self.mode == "ppl":
+                raise make_error(
+                    TemplateError, "ChatInferencer builds generation prompts only (no ppl mode)"
+                )
+            self.template = self.prompt_template
+            self.flow = "chat"
+            self.infer_mode = self._chat_infer_mode(infer_mode)
+        else:
+            self.template = self._final_template()
+            self.flow = self._flow_of(self.template)
         if self.flow is not None and self.mode == "ppl":
             raise make_error(
                 TemplateError,
@@ -428,6 +447,31 @@ class DatasetRenderer:
             )
         return str(mode)
 
+    def _chat_infer_mode(self, infer_mode: str | None) -> str:
+        """OpenCompass ``ChatInferencer``'s mode: the argument, else the inferencer config's,
+        else its default ``'last'``; ``'every'`` needs the model's replies."""
+        mode = infer_mode if infer_mode is not None else self.inferencer_cfg.get("infer_mode")
+        mode = "last" if mode is None else mode
+        if mode not in _INFER_MODES:
+            raise make_error(
+                ArgumentError,
+                f"ChatInferencer's infer_mode must be one of {list(_INFER_MODES)}, got {mode!r}",
+                compat=AssertionError,
+                path="infer_mode",
+            )
+        if mode == "every":
+            source = "given" if infer_mode is not None else "set by the inferencer config"
+            raise make_error(
+                ArgumentError,
+                f"infer_mode 'every' ({source}) puts the model's own replies into each later "
+                "request, so its requests cannot be rendered without a model: render "
+                "infer_mode='every_with_gt' (gold answers in the history) or 'last' (promptweave "
+                "render --infer-mode ...), or drive the model with "
+                "promptweave.ChatInferencer(generate, parser, 'every')",
+                path="infer_mode",
+            )
+        return str(mode)
+
     @staticmethod
     def _mode_of(inferencer_cfg: Mapping[str, Any]) -> Mode:
         # Only PPLInferencer / LLInferencer build one prompt per label. CLPInferencer builds
@@ -614,7 +658,7 @@ class DatasetRenderer:
     def _apply_chat_template(self, prompts: list[Any]) -> tuple[list[Any], list[Any]]:
         """Parsed prompts -> chat messages -> the chat template's strings (a multi-turn row's
         requests each)."""
-        nested = self.flow == "multiturn"
+        nested = self.flow in ("multiturn", "chat")
         flat = [p for row in prompts for p in row] if nested else prompts
         conversations = convert_chat_messages(flat)
         if self.fastchat_template is not None:
@@ -709,6 +753,8 @@ class DatasetRenderer:
             return {str(getattr(self.template, "content_field", "content"))}
         if self.flow == "multiturn":
             return {"question", "answer"}  # every answer is present (no output masking)
+        if self.flow == "chat":
+            return set()  # a chat may come from list columns or dialogues, not the template
         slots = _slots(self.template)
         if self.mode == "gen" and self.output_column is not None:
             slots.discard(self.output_column)
@@ -725,6 +771,8 @@ class DatasetRenderer:
         progress: Callable[[int], None] | None,
         whole: bool = False,
     ) -> _Rendered:
+        if self.flow == "chat":
+            return self._render_chat_rows(test, progress)
         if _backend.FORCE_PYTHON or (self.max_seq_len is not None and self.flow is not None):
             return self._render_rows_python(test, indices, labels, retriever, progress)
         if self.max_seq_len is not None and not whole:
@@ -757,6 +805,50 @@ class DatasetRenderer:
                 return _Rendered(out, indices, len(test), True)
             _backend.note_fallback()
         return self._render_rows_python(test, indices, labels, retriever, progress)
+
+    def _render_chat_rows(
+        self, test: list[dict[str, Any]], progress: Callable[[int], None] | None
+    ) -> _Rendered:
+        """OpenCompass ``ChatInferencer``: each row's chat (``get_chat_list``) and the model
+        inputs of the requests its mode sends: ``last`` one (the history before the last
+        assistant message), ``every_with_gt`` one per assistant message (gold history)."""
+        from promptweave.chat_inferencer import ChatInferencer
+
+        assert self.infer_mode is not None
+
+        def unused(model_input: Any) -> Any:
+            raise AssertionError("no model is called")
+
+        chats = ChatInferencer(unused, self.parser, self.infer_mode)
+        parser = chats.template_parser
+        given = self.input_columns
+        prompts: list[Any] = []
+        for i, row in enumerate(test):
+            try:
+                if given is None:
+                    columns = [c for c in row if c != self.output_column]
+                else:
+                    columns = [given] if isinstance(given, str) else list(given)
+                chat = chats.build_chat(row, columns, self.output_column, self.template)
+                ends = [
+                    k
+                    for k, m in enumerate(chat)
+                    if isinstance(m, Mapping) and m.get("role") == "assistant"
+                ]
+                if self.infer_mode == "last":
+                    if not ends:
+                        raise make_error(
+                            TemplateError, "the chat has no assistant message", compat=IndexError
+                        )
+                    ends = ends[-1:]
+                prompts.append([parser.parse_template(chat[:k], "gen") for k in ends])
+            except Exception as exc:
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"while rendering test row {i}")
+                raise
+            if progress is not None:
+                progress(1)
+        return _Rendered(prompts, [[] for _ in test], 0, False)
 
     def _render_rows_fitted(
         self,
