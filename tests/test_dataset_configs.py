@@ -1914,3 +1914,33 @@ def test_ppl_only_inferencer_dialogue_model_input(
         assert compare(ours, expected, 2) is None, meta.name
         differs += expected.prompts != ref.parse(ref.build("gen"), meta, "gen").prompts
     assert differs > 0  # the case is one where the two parses differ
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_model_built_prompts_are_refused(fw: str) -> None:
+    """Configs whose inferencer builds the model inputs with the model (an agent, an
+    adversarial search, tree-of-thought, executed tool calls) are refused with a clear error
+    naming it, instead of being rendered as if GenInferencer built them."""
+    from promptweave.dataset import _MODEL_BUILT_PROMPTS
+
+    root = configs_root(fw) / "datasets"
+    seen: dict[str, int] = collections.Counter()
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text("utf-8")
+        if "__pycache__" in path.parts or not any(n in text for n in _MODEL_BUILT_PROMPTS):
+            continue
+        for ds in _load(path).datasets():
+            infer = ds.get("infer_cfg") or {}
+            name = _type_name((infer.get("inferencer") or {}).get("type"))
+            if name not in _MODEL_BUILT_PROMPTS:
+                continue
+            with pytest.raises(PromptRenderError, match=f"{name}'s model inputs are built with"):
+                DatasetRenderer(infer, ds.get("reader_cfg"), flavor=FLAVOR[fw])
+            seen[name] += 1
+    want = (
+        {"AgentInferencer", "AttackInferencer", "ToTInferencer"}
+        if fw == "oc"
+        else {"BFCLV3FunctionCallInferencer"}
+    )
+    print(fw, dict(seen))
+    assert set(seen) == want, seen

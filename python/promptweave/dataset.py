@@ -50,6 +50,14 @@ _AIS_FLOWS: dict[str, Flow] = {
     "MultiTurnPromptTemplate": "multiturn",
 }
 _INFER_MODES = ("every", "last", "every_with_gt")
+#: inferencers whose model inputs are built with the model itself: what an agent or a search
+#: sends cannot be rendered from the dataset (inferencer -> what builds them)
+_MODEL_BUILT_PROMPTS = {
+    "AgentInferencer": "the agent (its protocol, tools and each step's replies)",
+    "AttackInferencer": "the adversarial prompt search, which queries the model",
+    "ToTInferencer": "the thoughts the model generates and evaluates",
+    "BFCLV3FunctionCallInferencer": "the tool calls the model makes and their executed results",
+}
 _SLOT = re.compile(r"\{([^{}]*)\}")
 
 
@@ -233,7 +241,15 @@ class DatasetRenderer:
             self.parse_mode = "ppl"
         self.infer_mode: str | None = None
         self.flow: Flow | None
-        if _type_name(self.inferencer_cfg.get("type")) == "ChatInferencer":
+        inferencer = _type_name(self.inferencer_cfg.get("type"))
+        if inferencer in _MODEL_BUILT_PROMPTS:
+            raise make_error(
+                TemplateError,
+                f"{inferencer}'s model inputs are built with {_MODEL_BUILT_PROMPTS[inferencer]}; "
+                "they cannot be rendered from the dataset. To see the prompt template's prompts, "
+                "render the config with its inferencer set to GenInferencer",
+            )
+        if inferencer == "ChatInferencer":
             # OpenCompass's ChatInferencer: one chat per row (from the prompt template, if any,
             # or the columns), its requests per infer_mode; in-context examples are not used
             if self.flavor != OPENCOMPASS:
