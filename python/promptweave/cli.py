@@ -614,40 +614,13 @@ def _warn_unapplied_limit(job: _Job, result: Any) -> None:
         )
 
 
-def _local_tokenizer(spec: str) -> Any:
-    """A ``tokenizers.Tokenizer`` from the ``tokenizer.json`` of a model directory or of a hub
-    name already in the HuggingFace cache; ``None`` if there is none (never downloads)."""
-    try:
-        tokenizers = importlib.import_module("tokenizers")
-    except ImportError:
-        return None
+def _local_model_file(spec: str, names: Sequence[str]) -> Path | None:
+    """The first of ``names`` in the model directory ``spec``, or in the local HuggingFace
+    cache of the hub name ``spec``; ``None`` if there is none (never downloads)."""
     path = Path(spec).expanduser()
-    found: Any = None
     if path.is_dir():
-        found = path / "tokenizer.json" if (path / "tokenizer.json").is_file() else None
-    elif not path.is_absolute() and spec.count("/") <= 1:
-        try:
-            found = importlib.import_module("huggingface_hub").try_to_load_from_cache(
-                spec, "tokenizer.json"
-            )
-        except Exception:  # no huggingface_hub, or not a repository id
-            found = None
-    if not isinstance(found, (str, Path)):
-        return None
-    try:
-        return tokenizers.Tokenizer.from_file(str(found))
-    except Exception:
-        return None
-
-
-def _local_chat_template(tokenizer: str) -> str | None:
-    """The model directory of ``tokenizer`` (a directory, or a HuggingFace hub name already in
-    the local HuggingFace cache) when it holds a chat template; never downloads."""
-    names = ("tokenizer_config.json", "chat_template.jinja")
-    path = Path(tokenizer).expanduser()
-    if path.is_dir():
-        return str(path) if any((path / n).is_file() for n in names) else None
-    if path.is_absolute() or tokenizer.count("/") > 1:
+        return next((path / n for n in names if (path / n).is_file()), None)
+    if path.is_absolute() or spec.count("/") > 1:
         return None
     try:
         hub = importlib.import_module("huggingface_hub")
@@ -655,12 +628,31 @@ def _local_chat_template(tokenizer: str) -> str | None:
         return None
     for n in names:
         try:
-            found = hub.try_to_load_from_cache(tokenizer, n)
+            found = hub.try_to_load_from_cache(spec, n)
         except Exception:  # not a valid repository id
             return None
         if isinstance(found, str):
-            return os.path.dirname(found)
+            return Path(found)
     return None
+
+
+def _local_tokenizer(spec: str) -> Any:
+    """A ``tokenizers.Tokenizer`` from the ``tokenizer.json`` of the model ``spec`` when it is
+    on this machine (see :func:`_local_model_file`), else ``None``."""
+    found = _local_model_file(spec, ("tokenizer.json",))
+    if found is None:
+        return None
+    try:
+        return importlib.import_module("tokenizers").Tokenizer.from_file(str(found))
+    except Exception:  # no tokenizers package, or not a tokenizer file
+        return None
+
+
+def _local_chat_template(spec: str) -> str | None:
+    """The directory of the model ``spec`` when it is on this machine with a chat template (see
+    :func:`_local_model_file`), else ``None``."""
+    found = _local_model_file(spec, ("tokenizer_config.json", "chat_template.jinja"))
+    return None if found is None else str(found.parent)
 
 
 def _load_tokenizer(spec: str) -> Any:
