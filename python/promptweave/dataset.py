@@ -828,7 +828,7 @@ class DatasetRenderer:
         """OpenCompass ``ChatInferencer``: each row's chat (``get_chat_list``) and the model
         inputs of the requests its mode sends: ``last`` one (the history before the last
         assistant message), ``every_with_gt`` one per assistant message (gold history)."""
-        from promptweave.chat_inferencer import ChatInferencer
+        from promptweave.chat_inferencer import ChatInferencer, _assistant_indices
 
         assert self.infer_mode is not None
 
@@ -846,11 +846,7 @@ class DatasetRenderer:
                 else:
                     columns = [given] if isinstance(given, str) else list(given)
                 chat = chats.build_chat(row, columns, self.output_column, self.template)
-                ends = [
-                    k
-                    for k, m in enumerate(chat)
-                    if isinstance(m, Mapping) and m.get("role") == "assistant"
-                ]
+                ends = _assistant_indices(chat)
                 if self.infer_mode == "last":
                     if not ends:
                         raise make_error(
