@@ -279,3 +279,34 @@ def test_ais_chat_service_model_without_meta_gets_messages() -> None:
     # api= and meta_template= given to from_config win over the model config
     lm = DatasetRenderer.from_config(ds, {"type": "VLLMCustomAPIChat"}, api=False)
     assert isinstance(lm.render(ROWS.test, ROWS.train).prompts[0], str)
+
+
+def test_estimating_classes_match_the_wheels_sources() -> None:
+    """The classes whose max_seq_len counting needs no tokenizer are exactly the OpenCompass
+    model classes whose ``get_token_len`` is ``BaseAPIModel``'s (read from the source, through
+    base classes)."""
+    owners: dict[str, tuple[list[str], bool]] = {}
+    for path in sorted(_package_dir("oc").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                own = any(
+                    isinstance(f, ast.FunctionDef) and f.name == "get_token_len" for f in node.body
+                )
+                owners[node.name] = (bases, own)
+
+    def owner(name: str, seen: tuple[str, ...] = ()) -> str | None:
+        if name not in owners or name in seen:
+            return None
+        bases, own = owners[name]
+        if own:
+            return name
+        return next((o for b in bases if (o := owner(b, (*seen, name))) is not None), None)
+
+    wrong = []
+    for name in sorted(_parser_kinds("oc")):
+        estimates = owner(name) == "BaseAPIModel"
+        counted = model_prompting({"type": name}).token_count == "words"
+        if estimates != counted:
+            wrong.append(f"{name}: get_token_len of {owner(name)}, model_prompting: {counted}")
+    assert not wrong, wrong

@@ -239,9 +239,9 @@ _CHAT_TEMPLATE_MODELS: Final = frozenset(
         "QwenImageEditModel",
     }
 )
-# Models that parse with APITemplateParser(meta_template): message lists. Every OpenCompass API
-# model, and a few local ones.
-_API_PARSER_MODELS: Final = frozenset(
+# Models that parse with APITemplateParser(meta_template): message lists. OpenCompass's API
+# models that keep BaseAPIModel's token estimate ...
+_ESTIMATING_API_MODELS: Final = frozenset(
     {
         "BaseAPIModel",
         "AI360GPT",
@@ -266,11 +266,6 @@ _API_PARSER_MODELS: Final = frozenset(
         "Mistral",
         "MoonShot",
         "Nanbeige",
-        "OpenAI",
-        "OpenAISDK",
-        "OpenAISDKResponse",
-        "OpenAISDKRollout",
-        "OpenAISDKStreaming",
         "PanGu",
         "Qwen",
         "Rendu",
@@ -285,20 +280,18 @@ _API_PARSER_MODELS: Final = frozenset(
         "YiAPI",
         "ZhiPuAI",
         "ZhiPuV2AI",
-        "HuggingFaceChatGLM3",
-        "LLaMA2AccessoryModel",
-        "Llama2",
-        "Llama2Chat",
-        "Mixtral",
-        "VITAGenerateAPI",
-        # AISBench's chat-completions service models: with no meta template in the config they
-        # use the default chat meta template (HUMAN/BOT rounds, a reserved SYSTEM role)
-        "VLLMCustomAPIChat",
-        "VLLMCustomAPIChatStream",
-        "VLLMFunctionCallAPIChat",
-        "VllmMultiturnAPIChatStream",
     }
 )
+# ... OpenAI's classes (they count tokens with tiktoken) ...
+_OPENAI_MODELS: Final = frozenset(
+    {"OpenAI", "OpenAISDK", "OpenAISDKResponse", "OpenAISDKRollout", "OpenAISDKStreaming"}
+)
+# ... local models that parse like API models (and count with their own tokenizer) ...
+_LOCAL_API_PARSER_MODELS: Final = frozenset(
+    {"HuggingFaceChatGLM3", "LLaMA2AccessoryModel", "Llama2", "Llama2Chat", "Mixtral"}
+)
+# ... and AISBench's chat-completions service models: with no meta template in the config they
+# use the default chat meta template (HUMAN/BOT rounds, a reserved SYSTEM role).
 _DEFAULT_CHAT_META_MODELS: Final = frozenset(
     {
         "VLLMCustomAPIChat",
@@ -306,6 +299,13 @@ _DEFAULT_CHAT_META_MODELS: Final = frozenset(
         "VLLMFunctionCallAPIChat",
         "VllmMultiturnAPIChatStream",
     }
+)
+_API_PARSER_MODELS: Final = (
+    _ESTIMATING_API_MODELS
+    | _OPENAI_MODELS
+    | _LOCAL_API_PARSER_MODELS
+    | _DEFAULT_CHAT_META_MODELS
+    | frozenset({"VITAGenerateAPI"})
 )
 # Models that parse with LMTemplateParser(meta_template): strings. AISBench's completions
 # service models (vLLM, TGI, Triton, MindIE) are API models that still send one string.
@@ -338,29 +338,8 @@ _LM_PARSER_MODELS: Final = frozenset(
 _NO_META_MODELS: Final = frozenset({"HuggingFaceBaseModel"})
 
 # How OpenCompass's model classes count a prompt's tokens for its ``max_seq_len`` (the
-# inferencers drop in-context examples until the prompt fits): API models that keep
-# BaseAPIModel's estimate (no tokenizer needed) ...
-_WORD_COUNT_MODELS: Final = _API_PARSER_MODELS - frozenset(
-    {
-        # OpenAI's classes count with tiktoken; these local ones with their own tokenizer
-        "OpenAI",
-        "OpenAISDK",
-        "OpenAISDKResponse",
-        "OpenAISDKRollout",
-        "OpenAISDKStreaming",
-        "HuggingFaceChatGLM3",
-        "LLaMA2AccessoryModel",
-        "Llama2",
-        "Llama2Chat",
-        "Mixtral",
-        # AISBench's (AISBench never drops in-context examples)
-        "VITAGenerateAPI",
-        "VLLMCustomAPIChat",
-        "VLLMCustomAPIChatStream",
-        "VLLMFunctionCallAPIChat",
-        "VllmMultiturnAPIChatStream",
-    }
-)
+# inferencers drop in-context examples until the prompt fits): the API models' estimate
+# (_ESTIMATING_API_MODELS, no tokenizer needed) ...
 # ... models that encode the prompt with their tokenizer, special tokens included ...
 _TOKENIZER_COUNT_MODELS: Final = frozenset(
     {
@@ -444,7 +423,7 @@ def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> 
     max_seq_len = length if isinstance(length, int) and not isinstance(length, bool) else None
     token_count = (
         "words"
-        if name in _WORD_COUNT_MODELS
+        if name in _ESTIMATING_API_MODELS
         else "tokenizer"
         if name in _TOKENIZER_COUNT_MODELS
         else "chat"
