@@ -89,8 +89,9 @@ class RenderResult:
     Attributes:
         prompts: per test row, the model input: a ``str`` (LM models), a ``PromptList`` of
             ``{'role', 'prompt'}`` messages (API models), or in ppl mode a dict label -> input.
-            For a ``MultiTurnPromptTemplate`` (AISBench): the list of the row's model inputs,
-            one per request ``MultiTurnGenInferencer`` sends in ``infer_mode``.
+            For a ``MultiTurnPromptTemplate`` (AISBench) or a ``ChatInferencer`` config
+            (OpenCompass): the list of the row's model inputs, one per request the inferencer
+            sends in ``infer_mode``.
         ice_indices: per test row, the in-context example indices actually used (after any
             ``max_seq_len`` trimming).
         labels: the ppl labels (``None`` in gen mode).
@@ -99,7 +100,7 @@ class RenderResult:
             placeholder is left in the prompt, as the reference does).
         rust_rows: how many rows the Rust job rendered (the rest went row by row).
         infer_mode: the multi-turn ``infer_mode`` the requests are of (``None`` for other
-            templates).
+            templates and inferencers).
         messages: with a chat template, the chat messages each prompt was rendered from
             (``None`` otherwise).
         test_indices: per rendered row, its position in the test rows given to
