@@ -628,6 +628,43 @@ def test_chat_inferencer_config_renders_its_requests(work: Path) -> None:
     assert last["prompts"] == rec["prompts"][1:]
 
 
+def test_chat_model_from_the_huggingface_cache(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chat model named by its hub id renders with the chat template and tokenizer already in
+    the local HuggingFace cache (nothing is downloaded): the final text, and its max_seq_len
+    counted through the chat template as OpenCompass's chat models count."""
+    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("huggingface_hub")
+    cache = work / "hf-cache"
+    repo = cache / "models--some-org--some-chat"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40, "utf-8")
+    config = {"chat_template": CHAT_JINJA, "bos_token": "<s>", "eos_token": "</s>"}
+    (snapshot / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tk.save(str(snapshot / "tokenizer.json"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = "from opencompass.models import HuggingFacewithChatTemplate\n"
+    cfg += "models = [dict(type=HuggingFacewithChatTemplate, abbr='c', path='some-org/some-chat'"
+    (work / "cached.py").write_text(cfg + ")]\n", "utf-8")
+    (work / "cached_short.py").write_text(cfg + ", max_seq_len=45)]\n", "utf-8")
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    proc = ok(work, *args, "--model", "cached.py")
+    assert "using the chat template of HuggingFacewithChatTemplate's tokenizer" in proc.stderr
+    full = records(proc.stdout)
+    # OpenCompass's default chat meta template: SYSTEM is spoken as a user turn
+    assert full[0]["prompt"].startswith("<s>[user]Answer the questions.\n")
+    assert full[0]["prompt"].endswith("[assistant]")
+    short = ok(work, *args, "--model", "cached_short.py")
+    assert "tokens of the chat template's text, by the model's tokenizer" in short.stderr
+    lens = [len(r["ice_indices"]) for r in records(short.stdout)]
+    assert min(lens) < 2
+    assert max(lens) <= 2
+
+
 CHAT_JINJA = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{{ eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
