@@ -626,6 +626,9 @@ def test_chat_inferencer_config_renders_its_requests(work: Path) -> None:
     assert rec["sha256"] == [sha(json.dumps(p, ensure_ascii=False)) for p in rec["prompts"]]
     (last,) = records(ok(work, *args, "--infer-mode", "last").stdout)
     assert last["prompts"] == rec["prompts"][1:]
+    shown = ok(work, "show", *args[1:], "--infer-mode", "last").stdout
+    assert "ChatInferencer (last)" in shown
+    assert "1 request (last)" in shown
 
 
 def test_chat_model_from_the_huggingface_cache(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:

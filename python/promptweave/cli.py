@@ -1192,6 +1192,8 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     r = job.renderer
     retriever = str(r.retriever_cfg.get("type", "ZeroRetriever"))
     retriever = getattr(r.retriever_cfg.get("type"), "name", retriever)
+    if r.flow == "chat":  # ChatInferencer uses no in-context examples
+        retriever = f"ChatInferencer ({r.infer_mode})"
     kind = "API model (message lists)" if job.api else "string model"
     echo = click.echo
     echo(_s(title or f"dataset {job.dataset}", "header"))
