@@ -131,6 +131,19 @@ class _Rendered(NamedTuple):
     test_complete: bool = False
 
 
+class _IgnoredOutput:
+    """An output handler that keeps nothing (the requests are what is rendered)."""
+
+    def save_results(self, **_: Any) -> None:
+        pass
+
+    def save_multiround_results(self, **_: Any) -> None:
+        pass
+
+
+_IGNORED_OUTPUT = _IgnoredOutput()
+
+
 class DatasetRenderer:
     """Renders a whole dataset as OpenCompass's (or AISBench's) inferencers would.
 
@@ -826,18 +839,20 @@ class DatasetRenderer:
     def _render_chat_rows(
         self, test: list[dict[str, Any]], progress: Callable[[int], None] | None
     ) -> _Rendered:
-        """OpenCompass ``ChatInferencer``: each row's chat (``get_chat_list``) and the model
-        inputs of the requests its mode sends: ``last`` one (the history before the last
-        assistant message), ``every_with_gt`` one per assistant message (gold history)."""
-        from promptweave.chat_inferencer import ChatInferencer, _assistant_indices
+        """OpenCompass ``ChatInferencer``: each row's chat (``get_chat_list``) run in its mode by
+        :class:`promptweave.ChatInferencer`, the model inputs of its requests kept (``last``:
+        one, the history before the last assistant message; ``every_with_gt``: one per
+        assistant message, gold history)."""
+        from promptweave.chat_inferencer import ChatInferencer
 
         assert self.infer_mode is not None
+        requests: list[Any] = []
 
-        def unused(model_input: Any) -> Any:
-            raise AssertionError("no model is called")
+        def keep(model_input: Any) -> Any:
+            requests.append(model_input)
+            return ""
 
-        chats = ChatInferencer(unused, self.parser, self.infer_mode)
-        parser = chats.template_parser
+        chats = ChatInferencer(keep, self.parser, self.infer_mode)
         given = self.input_columns
         prompts: list[Any] = []
         for i, row in enumerate(test):
@@ -847,18 +862,13 @@ class DatasetRenderer:
                 else:
                     columns = [given] if isinstance(given, str) else list(given)
                 chat = chats.build_chat(row, columns, self.output_column, self.template)
-                ends = _assistant_indices(chat)
-                if self.infer_mode == "last":
-                    if not ends:
-                        raise make_error(
-                            TemplateError, "the chat has no assistant message", compat=IndexError
-                        )
-                    ends = ends[-1:]
-                prompts.append([parser.parse_template(chat[:k], "gen") for k in ends])
+                chats.infer(chat, i, _IGNORED_OUTPUT)
             except Exception as exc:
                 if hasattr(exc, "add_note"):  # Python 3.11+
                     exc.add_note(f"while rendering test row {i}")
                 raise
+            prompts.append(list(requests))
+            requests.clear()
             if progress is not None:
                 progress(1)
         return _Rendered(prompts, [[] for _ in test], 0, False)
