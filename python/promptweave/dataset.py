@@ -279,7 +279,7 @@ class DatasetRenderer:
                 )
             self.template = self.prompt_template
             self.flow = "chat"
-            self.infer_mode = self._chat_infer_mode(infer_mode)
+            self.infer_mode = self._infer_mode(infer_mode, chat=True)
         else:
             self.template = self._final_template()
             self.flow = self._flow_of(self.template)
@@ -443,13 +443,25 @@ class DatasetRenderer:
             return "multiturn"
         return None
 
-    def _infer_mode(self, infer_mode: str | None) -> str:
-        """The ``MultiTurnGenInferencer`` mode: the argument, else the inferencer config's, else
-        the inferencer's default ``'every'``."""
+    def _infer_mode(self, infer_mode: str | None, chat: bool = False) -> str:
+        """The multi-turn mode of AISBench's ``MultiTurnGenInferencer`` (default ``'every'``) or,
+        with ``chat``, of OpenCompass's ``ChatInferencer`` (default ``'last'``): the argument,
+        else the inferencer config's, else the default. ``'every'`` sends the model's own
+        replies back, so its requests cannot be rendered: refused, naming the Python API that
+        drives a model instead."""
         mode = infer_mode if infer_mode is not None else self.inferencer_cfg.get("infer_mode")
+        default = "last" if chat else "every"
         if mode is None:
-            mode = "every"
+            mode = default
         if mode not in _INFER_MODES:
+            if chat:
+                raise make_error(
+                    ArgumentError,
+                    f"ChatInferencer's infer_mode must be one of {list(_INFER_MODES)}, got "
+                    f"{mode!r}",
+                    compat=AssertionError,
+                    path="infer_mode",
+                )
             raise make_error(
                 ArgumentError,
                 "multiturn mode out of range. Multiturn dialogue infer model only supports every、"
@@ -458,46 +470,26 @@ class DatasetRenderer:
                 code="ICLI-PARAM-002",
             )
         if mode == "every":
+            inferencer = "ChatInferencer" if chat else "MultiTurnGenInferencer"
             source = (
                 "given"
                 if infer_mode is not None
                 else "set by the inferencer config"
                 if "infer_mode" in self.inferencer_cfg
-                else "MultiTurnGenInferencer's default"
+                else f"{inferencer}'s default"
+            )
+            drive = (
+                "promptweave.ChatInferencer(generate, parser, 'every')"
+                if chat
+                else "promptweave.aisbench.multiturn_requests(template, row, 'every', parser, "
+                "generate=...)"
             )
             raise make_error(
                 ArgumentError,
                 f"infer_mode 'every' ({source}) sends the model's own replies back in each later "
                 "request, so its requests cannot be rendered without a model: render "
                 "infer_mode='every_with_gt' (gold answers in the history) or 'last' (promptweave "
-                "render --infer-mode ...), or drive the model with "
-                "promptweave.aisbench.multiturn_requests(template, row, "
-                "'every', parser, generate=...)",
-                path="infer_mode",
-            )
-        return str(mode)
-
-    def _chat_infer_mode(self, infer_mode: str | None) -> str:
-        """OpenCompass ``ChatInferencer``'s mode: the argument, else the inferencer config's,
-        else its default ``'last'``; ``'every'`` needs the model's replies."""
-        mode = infer_mode if infer_mode is not None else self.inferencer_cfg.get("infer_mode")
-        mode = "last" if mode is None else mode
-        if mode not in _INFER_MODES:
-            raise make_error(
-                ArgumentError,
-                f"ChatInferencer's infer_mode must be one of {list(_INFER_MODES)}, got {mode!r}",
-                compat=AssertionError,
-                path="infer_mode",
-            )
-        if mode == "every":
-            source = "given" if infer_mode is not None else "set by the inferencer config"
-            raise make_error(
-                ArgumentError,
-                f"infer_mode 'every' ({source}) puts the model's own replies into each later "
-                "request, so its requests cannot be rendered without a model: render "
-                "infer_mode='every_with_gt' (gold answers in the history) or 'last' (promptweave "
-                "render --infer-mode ...), or drive the model with "
-                "promptweave.ChatInferencer(generate, parser, 'every')",
+                f"render --infer-mode ...), or drive the model with {drive}",
                 path="infer_mode",
             )
         return str(mode)
