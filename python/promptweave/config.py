@@ -217,6 +217,17 @@ class Config(Mapping[str, Any]):
         return found
 
 
+def _type_name(t: Any) -> str:
+    """The class name a config's ``type=`` refers to (a class, a dotted name, a TypeRef, a
+    stand-in)."""
+    if t is None:
+        return ""
+    name = getattr(t, "name", None) if not isinstance(t, type) else t.__name__
+    if isinstance(name, str):
+        return name
+    return str(t).rsplit(".", 1)[-1]
+
+
 def meta_template_of(model_cfg: Mapping[str, Any]) -> Any:
     """The ``meta_template`` of a model config, or ``None`` when it has none."""
     return model_cfg.get("meta_template")
@@ -406,18 +417,7 @@ def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> 
     ignores the config's). ``flavor`` is the framework rendering the prompts."""
     from promptweave.chat_models import chat_meta_template
 
-    t = model_cfg.get("type")
-    if isinstance(t, str):
-        name = t.rsplit(".", 1)[-1]
-    elif isinstance(t, TypeRef):
-        name = t.name
-    elif isinstance(t, type):
-        name = t.__name__
-    elif t is None:
-        name = ""
-    else:
-        ref = getattr(t, "_pw_ref", None)
-        name = ref().name if callable(ref) else str(t).rsplit(".", 1)[-1]
+    name = _type_name(model_cfg.get("type"))
     meta = model_cfg.get("meta_template")
     length = model_cfg.get("max_seq_len")
     max_seq_len = length if isinstance(length, int) and not isinstance(length, bool) else None

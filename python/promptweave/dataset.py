@@ -33,6 +33,7 @@ from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.chat_models import chat_meta_template, convert_chat_messages, format_fastchat
 from promptweave.chat_template import ChatTemplate
+from promptweave.config import _type_name
 from promptweave.errors import ArgumentError, TemplateError, make_error
 from promptweave.raw_prompt_template import flat_dict, immutable
 from promptweave.retrievers import partial_indices, prepare_loaded
@@ -59,16 +60,6 @@ _MODEL_BUILT_PROMPTS = {
     "BFCLV3FunctionCallInferencer": "the tool calls the model makes and their executed results",
 }
 _SLOT = re.compile(r"\{([^{}]*)\}")
-
-
-def _type_name(t: Any) -> str:
-    """The class name a config's ``type=`` refers to (a class, a dotted name, a TypeRef)."""
-    if t is None:
-        return ""
-    name = getattr(t, "name", None) if not isinstance(t, type) else t.__name__
-    if isinstance(name, str):
-        return name
-    return str(t).rsplit(".", 1)[-1]
 
 
 def as_rows(data: Any, split: str = "test") -> list[dict[str, Any]]:
