@@ -744,9 +744,12 @@ def _prepare(
         prompting, flavor or cfg.flavor, max_seq_len, tok, chat
     )
     with _errors_as_cli(f"dataset {name}"):
+        # the model config hands the renderer what its class adds to a chat template
+        # (chat_template_kwargs, BOS stripping, a FastChat template); the parser, the meta
+        # template and max_seq_len are the ones decided above, with their notes
         renderer = DatasetRenderer.from_config(
             ds,
-            None,
+            model_cfg,
             meta_template=meta,
             api=api,
             flavor=flavor or cfg.flavor,
@@ -755,13 +758,6 @@ def _prepare(
             token_counter=counter if max_seq_len is not None else None,
             infer_mode=infer_mode,
             chat_template=chat,
-            chat_template_kwargs=prompting.chat_template_kwargs if prompting else None,
-            strip_bos=prompting.strip_bos if prompting else False,
-            fastchat_template=(
-                prompting.fastchat_template
-                if prompting is not None and prompting.chat_template and gen
-                else None
-            ),
         )
     job = _Job(
         renderer,
