@@ -782,14 +782,33 @@ class DatasetRenderer:
         labels: list[Any] | None,
         retriever: Any,
         progress: Callable[[int], None] | None,
-        whole: bool = False,
     ) -> _Rendered:
         if self.flow == "chat":
             return self._render_chat_rows(test, progress)
         if _backend.FORCE_PYTHON or (self.max_seq_len is not None and self.flow is not None):
             return self._render_rows_python(test, indices, labels, retriever, progress)
-        if self.max_seq_len is not None and not whole:
-            return self._render_rows_fitted(test, train, indices, labels, retriever, progress)
+        if self.max_seq_len is None:
+            return self._render_rows_fast(test, train, indices, labels, retriever, progress)
+        # max_seq_len: every row whole on the fast paths, then the rows that are too long
+        # trimmed; an error sends the dataset row by row, so that the reference's first error
+        # is the one raised
+        try:
+            whole = self._render_rows_fast(test, train, indices, labels, retriever, progress)
+        except Exception:
+            return self._render_rows_python(test, indices, labels, retriever, None)
+        return self._fit(whole, test, labels, retriever, self.max_seq_len)
+
+    def _render_rows_fast(
+        self,
+        test: list[dict[str, Any]],
+        train: list[dict[str, Any]],
+        indices: list[list[int]],
+        labels: list[Any] | None,
+        retriever: Any,
+        progress: Callable[[int], None] | None,
+    ) -> _Rendered:
+        """The batch flows, else the Rust job, else row by row (which trims as it goes when
+        ``max_seq_len`` is set)."""
         if labels is None and self.parse_mode == self.mode:
             fast = self._render_flow_batch(test, train, indices, retriever)
             if fast is not None:
@@ -856,26 +875,12 @@ class DatasetRenderer:
                 progress(1)
         return _Rendered(prompts, [[] for _ in test], 0, False)
 
-    def _render_rows_fitted(
-        self,
-        test: list[dict[str, Any]],
-        train: list[dict[str, Any]],
-        indices: list[list[int]],
-        labels: list[Any] | None,
-        retriever: Any,
-        progress: Callable[[int], None] | None,
+    def _fit(
+        self, whole: _Rendered, test: list[dict[str, Any]], labels: Any, retriever: Any, limit: int
     ) -> _Rendered:
-        """``max_seq_len``: every row rendered whole on the fast paths (the row-by-row path,
-        where it is taken, trims as it goes), then the rows whose prompt (any label's, in ppl
-        mode) is longer re-rendered row by row with the trimming loop -- the same prompts as
-        trimming every row, as a row that fits is never trimmed. An error sends the whole
-        dataset row by row, so that the reference's first error is the one raised."""
-        limit = self.max_seq_len
-        assert limit is not None
-        try:
-            whole = self._render_rows(test, train, indices, labels, retriever, progress, True)
-        except Exception:
-            return self._render_rows_python(test, indices, labels, retriever, None)
+        """``whole`` with the rows whose prompt (any label's, in ppl mode) is longer than
+        ``limit`` re-rendered row by row with the trimming loop -- the same prompts as trimming
+        every row, as a row that fits is never trimmed."""
         prompts, used = list(whole.prompts), list(whole.used)
         redone = 0
         for i, prompt in enumerate(prompts):
