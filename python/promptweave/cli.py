@@ -584,21 +584,12 @@ def _warn_unapplied_limit(job: _Job, result: Any) -> None:
         return
     limit, margin = job.unapplied_limit
 
-    def texts(prompt: Any) -> Iterator[str]:
-        if isinstance(prompt, dict):  # ppl: label -> prompt
-            for p in prompt.values():
-                yield from texts(p)
-        elif isinstance(prompt, list) and not (prompt and isinstance(prompt[0], dict)):
-            for p in prompt:  # multi-turn requests
-                yield from texts(p)
-        else:
-            yield (
-                str(prompt)
-                if not isinstance(prompt, list)
-                else "".join(
-                    str(m.get("prompt", "")) if isinstance(m, dict) else str(m) for m in prompt
-                )
-            )
+    def texts(prompt: Any) -> list[str]:
+        # what OpenCompass counts: str() of each parsed prompt (its PromptList joins the
+        # prompts); one per label in ppl mode, one per request of a multi-turn row
+        if isinstance(prompt, dict):
+            return [str(p) for p in prompt.values()]
+        return [str(p) for p in prompt] if result.infer_mode is not None else [str(prompt)]
 
     longer = sum(
         any(len(t.encode("utf-8", "surrogatepass")) + margin > limit for t in texts(p))
