@@ -63,6 +63,7 @@ from promptweave.errors import (  # noqa: E402
     UnknownRoleError,
 )
 from promptweave.retrievers import partial_indices  # noqa: E402
+from promptweave.tokens import api_token_len  # noqa: E402
 
 FLAVOR = {"oc": "opencompass", "ais": "aisbench"}
 
@@ -1381,13 +1382,6 @@ def test_limit_keeps_the_whole_test_split_as_train() -> None:
 # ============================================================================ max_seq_len
 
 
-def _api_token_len(text: str) -> int:
-    """OpenCompass ``BaseAPIModel.get_token_len`` (spec 02 §6, TOK-01), written independently."""
-    english = sum(len(p.split()) for p in re.findall(r"[A-Za-z0-9]+", text))
-    chinese = sum(len(p) for p in re.findall(r"[\u4e00-\u9FFF]+", text))
-    return english + chinese
-
-
 _FAKE_MODELS: dict[str, tuple[type, type]] = {}
 
 
@@ -1507,7 +1501,7 @@ def test_max_seq_len_matches_gen_inferencer(reference: dict[str, Any], tmp_path:
         it, pt = _ref_template(M, ref.it_cfg), _ref_template(M, ref.pt_cfg)
         for meta in metas:
             model = (FakeAPI if meta.api else FakeLM)(copy.deepcopy(meta.template))
-            counter = _api_token_len if meta.api else len
+            counter = api_token_len if meta.api else len
             built = ref.build("gen")
             if built.errors or not built.prompts:
                 continue
@@ -1554,8 +1548,6 @@ def test_max_seq_len_matches_gen_inferencer(reference: dict[str, Any], tmp_path:
 def test_api_token_len_is_the_reference_estimate(reference: dict[str, Any]) -> None:
     """``promptweave.tokens.api_token_len`` == OpenCompass's ``BaseAPIModel.get_token_len`` on
     generated text (ASCII words, CJK, other scripts, full-width forms, punctuation)."""
-    from promptweave.tokens import api_token_len
-
     _, FakeAPI = _fake_models(reference["oc"])
     model = FakeAPI(None)
     rng = random.Random(7)
