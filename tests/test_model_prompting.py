@@ -54,53 +54,61 @@ def _package_dir(fw: str) -> Path:
 
 
 @functools.cache
+def _classes(fw: str) -> dict[str, tuple[list[str], ast.ClassDef, str]]:
+    """Every class of the wheel's model package: name -> (base class names, node, file name)."""
+    classes = {}
+    for path in sorted(_package_dir(fw).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                classes[node.name] = (bases, node, path.name)
+    return classes
+
+
+def _inherited(fw: str, name: str, own: Any, seen: tuple[str, ...] = ()) -> Any:
+    """``own(class node)`` of the class ``name`` or of its nearest base class where it is not
+    ``None`` (the wheel's own classes only)."""
+    classes = _classes(fw)
+    if name not in classes or name in seen:
+        return None
+    bases, node, _ = classes[name]
+    found = own(node)
+    for base in bases:
+        if found is not None:
+            break
+        found = _inherited(fw, base, own, (*seen, name))
+    return found
+
+
+def _parser_kind(node: ast.ClassDef) -> str | None:
+    """The kind of template parser a class's own code builds: 'api', 'lm', 'lm-no-meta',
+    'chat' or ``None``."""
+    kind = None
+    for sub in ast.walk(node):
+        if not (isinstance(sub, ast.Assign) and len(sub.targets) == 1):
+            continue
+        if ast.unparse(sub.targets[0]) != "self.template_parser":
+            continue
+        call = sub.value
+        assert isinstance(call, ast.Call), ast.unparse(sub)
+        fn = ast.unparse(call.func).rsplit(".", 1)[-1]
+        if fn == "_get_meta_template":
+            kind = "chat"
+        elif fn == "APITemplateParser":
+            kind = "api"
+        elif fn == "LMTemplateParser":
+            kind = "lm" if call.args or call.keywords else "lm-no-meta"
+        else:
+            raise AssertionError(f"{node.name}: {ast.unparse(sub)}")
+    return kind
+
+
+@functools.cache
 def _parser_kinds(fw: str) -> dict[str, str]:
     """Class name -> the kind of template parser its constructor (or its nearest base class
-    that has one) builds, read from the wheel's source: 'api', 'lm', 'lm-no-meta' or 'chat'."""
-    classes: dict[str, tuple[list[str], str | None]] = {}
-    for path in sorted(_package_dir(fw).rglob("*.py")):
-        text = path.read_text("utf-8")
-        for node in ast.walk(ast.parse(text)):
-            if not isinstance(node, ast.ClassDef):
-                continue
-            bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
-            kind = None
-            for sub in ast.walk(node):
-                if not (isinstance(sub, ast.Assign) and len(sub.targets) == 1):
-                    continue
-                if ast.unparse(sub.targets[0]) != "self.template_parser":
-                    continue
-                call = sub.value
-                assert isinstance(call, ast.Call), ast.unparse(sub)
-                fn = ast.unparse(call.func).rsplit(".", 1)[-1]
-                if fn == "_get_meta_template":
-                    kind = "chat"
-                elif fn == "APITemplateParser":
-                    kind = "api"
-                elif fn == "LMTemplateParser":
-                    kind = "lm" if call.args or call.keywords else "lm-no-meta"
-                else:
-                    raise AssertionError(f"{path.name}: {node.name}: {ast.unparse(sub)}")
-            classes[node.name] = (bases, kind)
-
-    def kind_of(name: str, seen: tuple[str, ...] = ()) -> str | None:
-        if name not in classes or name in seen:
-            return None
-        bases, kind = classes[name]
-        if kind is not None:
-            return kind
-        for base in bases:
-            found = kind_of(base, (*seen, name))
-            if found is not None:
-                return found
-        return None
-
-    kinds = {}
-    for name in classes:
-        kind = kind_of(name)
-        if kind is not None:
-            kinds[name] = kind
-    return kinds
+    that has one) builds, read from the wheel's source."""
+    kinds = {name: _inherited(fw, name, _parser_kind) for name in _classes(fw)}
+    return {name: kind for name, kind in kinds.items() if kind is not None}
 
 
 @pytest.mark.parametrize("fw", ["oc", "ais"])
@@ -285,23 +293,15 @@ def test_estimating_classes_match_the_wheels_sources() -> None:
     """The classes whose max_seq_len counting needs no tokenizer are exactly the OpenCompass
     model classes whose ``get_token_len`` is ``BaseAPIModel``'s (read from the source, through
     base classes)."""
-    owners: dict[str, tuple[list[str], bool]] = {}
-    for path in sorted(_package_dir("oc").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            if isinstance(node, ast.ClassDef):
-                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
-                own = any(
-                    isinstance(f, ast.FunctionDef) and f.name == "get_token_len" for f in node.body
-                )
-                owners[node.name] = (bases, own)
 
-    def owner(name: str, seen: tuple[str, ...] = ()) -> str | None:
-        if name not in owners or name in seen:
-            return None
-        bases, own = owners[name]
-        if own:
-            return name
-        return next((o for b in bases if (o := owner(b, (*seen, name))) is not None), None)
+    def defines(node: ast.ClassDef) -> str | None:
+        body = node.body
+        own = any(isinstance(f, ast.FunctionDef) and f.name == "get_token_len" for f in body)
+        return node.name if own else None
+
+    def owner(name: str) -> str | None:
+        found: str | None = _inherited("oc", name, defines)
+        return found
 
     wrong = []
     for name in sorted(_parser_kinds("oc")):
