@@ -229,6 +229,178 @@ CASES: dict[str, dict[str, Any]] = {
     },
 }
 
+#: a tool whose schema ``tojson`` must print as Python's ``json.dumps`` does: non-ASCII text,
+#: escapes, floats (1.5, 1e-07, 1e+300), a big integer, ``null``/``true`` inside lists
+ODD_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": '计算 “温度” 😀\nline 2 \\ "quoted"',
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "x": {"type": "number", "default": 1.5, "minimum": -1e20, "maximum": 1e300},
+                "mode": {
+                    "type": "string",
+                    "enum": ["a", "b"],
+                    "nullable": True,
+                    "examples": [None, True, 0, 2.0, 1e-7, 123456789012345678901234567890],
+                },
+                "items": {
+                    "type": "array",
+                    "items": {"type": "object", "properties": {"k": {"type": "integer"}}},
+                },
+            },
+            "required": ["x"],
+        },
+    },
+}
+
+IMAGE_USER = {
+    "role": "user",
+    "content": [{"type": "image"}, {"type": "text", "text": "What is in this image?"}],
+}
+IMAGE_URL_USER = {
+    "role": "user",
+    "content": [
+        {"type": "text", "text": "Describe:"},
+        {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}},
+    ],
+}
+
+#: conversations beyond :data:`CASES`, rendered on every corpus template by
+#: ``tests/test_chat_corpus_wide.py``: content given as parts (multimodal), reasoning fields,
+#: thinking switched off, RAG documents, tool calls with JSON-string arguments and several calls,
+#: non-ASCII and brace-laden text, empty and non-string content, named messages, a system
+#: message alone, schemas and arguments whose ``tojson`` output is delicate
+EXTRA_CASES: dict[str, dict[str, Any]] = {
+    "image_parts": {"messages": [IMAGE_USER], "add_generation_prompt": True},
+    "image_url_parts": {
+        "messages": [
+            SYSTEM,
+            IMAGE_URL_USER,
+            {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+            USER2,
+        ],
+        "add_generation_prompt": True,
+    },
+    "reasoning_content": {
+        "messages": [
+            USER1,
+            {**ASSISTANT1, "reasoning_content": "The user asks who I am."},
+            USER2,
+        ],
+        "add_generation_prompt": True,
+    },
+    "think_in_content": {
+        "messages": [
+            USER1,
+            {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nI am an assistant."},
+            USER2,
+        ],
+        "add_generation_prompt": True,
+    },
+    "thinking_off": {"messages": [USER1], "add_generation_prompt": True, "enable_thinking": False},
+    "documents": {
+        "messages": [USER1],
+        "documents": [
+            {"title": "Doc A", "text": "Alpha text."},
+            {"title": "Doc B", "text": "Beta."},
+        ],
+        "add_generation_prompt": True,
+    },
+    "non_ascii_braces": {
+        "messages": [
+            {"role": "user", "content": "你好\uff0c世界\uff01😀 {x} {{y}} {% raw %}"},
+            {"role": "assistant", "content": "好的。\n"},
+            {"role": "user", "content": "\t再见  "},
+        ],
+        "add_generation_prompt": True,
+    },
+    "empty_content": {"messages": [{"role": "user", "content": ""}], "add_generation_prompt": True},
+    "system_alone": {"messages": [SYSTEM], "add_generation_prompt": False},
+    "named_messages": {
+        "messages": [{**USER1, "name": "bob"}, ASSISTANT1, {**USER2, "name": "bob"}],
+        "add_generation_prompt": True,
+    },
+    "tool_calls_json_args": {
+        "messages": [
+            WEATHER_QUESTION,
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {
+                            "name": "get_current_weather",
+                            "arguments": '{"location": "Paris"}',
+                        },
+                    },
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {
+                            "name": "get_current_weather",
+                            "arguments": {"location": "Rome", "unit": "celsius"},
+                        },
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "20"},
+            {"role": "tool", "tool_call_id": "call_2", "content": {"temperature": 25}},
+        ],
+        "tools": [WEATHER_TOOL],
+        "add_generation_prompt": True,
+    },
+    "odd_tool_schema": {
+        "messages": [WEATHER_QUESTION],
+        "tools": [ODD_TOOL, WEATHER_TOOL],
+        "add_generation_prompt": True,
+    },
+    "odd_tool_arguments": {
+        "messages": [
+            WEATHER_QUESTION,
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "calc",
+                            "arguments": {
+                                "x": 1.0,
+                                "y": [1, 2.5, None, True, "é"],
+                                "z": {"b": 1, "a": 2},
+                                "big": 10**25,
+                                "f": 1e16,
+                                "g": 0.1,
+                            },
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "name": "calc", "content": "3.0"},
+        ],
+        "tools": [ODD_TOOL],
+        "add_generation_prompt": True,
+    },
+    "non_string_content": {
+        "messages": [
+            {"role": "user", "content": 0.1},
+            {"role": "assistant", "content": 1e16},
+            {"role": "user", "content": True},
+        ],
+        "add_generation_prompt": True,
+    },
+    "none_content": {
+        "messages": [{"role": "user", "content": None}],
+        "add_generation_prompt": True,
+    },
+}
+
 Outcome = tuple[str, str]
 
 

@@ -1,7 +1,8 @@
 """Render every corpus chat template (tests/chat_corpus.py) x the conversations of
 ``chat_corpus.CASES`` with transformers and with promptweave, and report the agreement.
 
-Usage: ``python tests/chat_sweep.py [-v] [-k SUBSTRING] [--case NAME]``.  Not a pytest module.
+Usage: ``python tests/chat_sweep.py [-v] [-k SUBSTRING] [--case NAME] [--extra]``.
+Not a pytest module.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def main() -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="show every mismatch")
     parser.add_argument("-k", default="", help="only templates whose name contains this")
     parser.add_argument("--case", action="append", help="only these cases")
+    parser.add_argument(
+        "--extra", action="store_true", help="also the conversations of chat_corpus.EXTRA_CASES"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     import transformers
@@ -43,7 +47,8 @@ def main() -> int:
     transformers.logging.set_verbosity_error()
     corpus = chat_corpus.load_corpus()
     tok = chat_corpus.reference_tokenizer()
-    cases = {k: v for k, v in chat_corpus.CASES.items() if not args.case or k in args.case}
+    every_case = {**chat_corpus.CASES, **(chat_corpus.EXTRA_CASES if args.extra else {})}
+    cases = {k: v for k, v in every_case.items() if not args.case or k in args.case}
     counts: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[str] = collections.Counter()
     bad_templates: dict[str, list[str]] = {}
