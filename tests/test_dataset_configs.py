@@ -1936,3 +1936,49 @@ def test_model_built_prompts_are_refused(fw: str) -> None:
     )
     print(fw, dict(seen))
     assert set(seen) == want, seen
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_template_arguments_are_checked_like_the_reference_classes(
+    fw: str, reference: dict[str, Any]
+) -> None:
+    """A template config is built as the framework builds it (its keys are the class's keyword
+    arguments): a key the class does not take, or a missing template, is the TypeError the
+    reference class raises, naming the config entry -- not a KeyError from inside the renderer.
+    (OpenCompass's ``humanevalx_0shot_nocot_gen_3e4bbd`` writes ``prompt=`` for ``template=``.)"""
+    ns = reference[fw]
+    flavor = FLAVOR[fw]
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("PromptTemplate", {"prompt": "Q: {q}"}),
+        ("PromptTemplate", {"ice_token": "</E>"}),
+        ("PromptTemplate", {"template": "Q: {q}", "ice_token": None, "extra": 1}),
+    ]
+    if fw == "oc":
+        cases += [
+            ("RawPromptTemplate", {"template": [{"role": "user", "content": "{q}"}]}),
+            ("RawPromptTemplate", {"format_variables": False}),
+        ]
+    else:
+        cases += [
+            ("MMPromptTemplate", {"prompt_mm": {}}),
+            ("MultiTurnPromptTemplate", {"round": []}),
+        ]
+    for name, args in cases:
+        with pytest.raises(TypeError):
+            getattr(ns, name)(**args)  # what the framework's config builder runs
+        infer = {
+            "prompt_template": {"type": name, **args},
+            "retriever": {"type": "ZeroRetriever"},
+            "inferencer": {"type": "GenInferencer"},
+        }
+        with pytest.raises(TypeError, match=f"prompt_template: {name} ") as info:
+            DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"}, flavor=flavor)
+        assert isinstance(info.value, PromptRenderError)
+    # the arguments the classes take still build them
+    infer = {
+        "prompt_template": {"type": "PromptTemplate", "template": "Q: {q}", "sep_token": None},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    out = DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"}, flavor=flavor)
+    assert out.render([{"q": "x", "a": "y"}]).prompts == ["Q: x"]

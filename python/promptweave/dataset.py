@@ -135,6 +135,35 @@ class _IgnoredOutput:
 _IGNORED_OUTPUT = _IgnoredOutput()
 
 
+#: the reference template classes' constructor parameters (the first one is required)
+_TEMPLATE_PARAMS = ("template", "ice_token", "sep_token")
+_RAW_PARAMS = ("messages", "format_variables", "ice_token")
+
+
+def _template_args(
+    cfg: Mapping[str, Any], name: str, params: tuple[str, ...], what: str
+) -> dict[str, Any]:
+    """The keyword arguments a template config gives its class (``type`` left out), checked
+    against the reference class's constructor: an unknown or missing argument is the
+    ``TypeError`` the reference's config builder raises, naming the config entry."""
+    args = {k: v for k, v in cfg.items() if k != "type"}
+    unknown = [k for k in args if k not in params]
+    if unknown:
+        raise make_error(
+            TemplateError,
+            f"{what}: {name} got an unexpected keyword argument {unknown[0]!r} "
+            f"(its arguments are {', '.join(params)})",
+            compat=TypeError,
+        )
+    if params[0] not in args:
+        raise make_error(
+            TemplateError,
+            f"{what}: {name} is missing its required argument {params[0]!r}",
+            compat=TypeError,
+        )
+    return args
+
+
 class DatasetRenderer:
     """Renders a whole dataset as OpenCompass's (or AISBench's) inferencers would.
 
@@ -407,23 +436,15 @@ class DatasetRenderer:
                 )
             # rendered row by row by the mirrored class, as AISBench's inferencers do
             cls = getattr(self._m, name)
-            return cls(
-                cfg["template"], ice_token=cfg.get("ice_token"), sep_token=cfg.get("sep_token")
-            )
+            return cls(**_template_args(cfg, name, _TEMPLATE_PARAMS, what))
         if name == "RawPromptTemplate" and self.flavor == OPENCOMPASS:
             # OpenAI-style messages: rendered row by row by the mirrored class
-            return self._m.RawPromptTemplate(
-                cfg["messages"],
-                format_variables=cfg.get("format_variables", True),
-                ice_token=cfg.get("ice_token", "</E>"),
-            )
+            return self._m.RawPromptTemplate(**_template_args(cfg, name, _RAW_PARAMS, what))
         if name != "PromptTemplate":
             raise make_error(
                 TemplateError, f"{what}: template type {name!r} is not supported by the renderer"
             )
-        return self._m.PromptTemplate(
-            cfg["template"], ice_token=cfg.get("ice_token"), sep_token=cfg.get("sep_token")
-        )
+        return self._m.PromptTemplate(**_template_args(cfg, name, _TEMPLATE_PARAMS, what))
 
     def _flow_of(self, template: Any) -> Flow | None:
         if self.flavor != AISBENCH:
