@@ -21,11 +21,12 @@ for ``infer_mode`` ``'every_with_gt'`` or ``'last'``; ``'every'`` needs the mode
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 
@@ -120,6 +121,28 @@ class _Rendered(NamedTuple):
     uniform: bool
     #: every test row is known to have every column the prompt template uses
     test_complete: bool = False
+
+
+class _Job(NamedTuple):
+    """What the render paths take: the rows, each test row's in-context example indices, the
+    labels (ppl mode; ``None`` in gen mode) and the retriever."""
+
+    test: list[dict[str, Any]]
+    train: list[dict[str, Any]]
+    indices: list[list[int]]
+    labels: list[Any] | None
+    retriever: Any
+
+
+@contextlib.contextmanager
+def _row_note(i: int) -> Iterator[None]:
+    """An exception raised inside says which test row it came from (Python 3.11+ notes)."""
+    try:
+        yield
+    except Exception as exc:
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"while rendering test row {i}")
+        raise
 
 
 class _IgnoredOutput:
@@ -669,7 +692,7 @@ class DatasetRenderer:
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
         prompts, used, rust_rows, uniform, test_complete = self._render_rows(
-            test_rows, train_rows, indices, labels, retriever, progress
+            _Job(test_rows, train_rows, indices, labels, retriever), progress
         )
         missing = self._missing_columns(
             test_rows, train_rows, indices, False, uniform, test_complete
@@ -795,41 +818,26 @@ class DatasetRenderer:
         return slots
 
     # ------------------------------------------------------------------ the two paths
-    def _render_rows(
-        self,
-        test: list[dict[str, Any]],
-        train: list[dict[str, Any]],
-        indices: list[list[int]],
-        labels: list[Any] | None,
-        retriever: Any,
-        progress: Callable[[int], None] | None,
-    ) -> _Rendered:
+    def _render_rows(self, job: _Job, progress: Callable[[int], None] | None) -> _Rendered:
         if self.flow == "chat":
-            return self._render_chat_rows(test, progress)
+            return self._render_chat_rows(job.test, progress)
         if _backend.FORCE_PYTHON or (self.max_seq_len is not None and self.flow is not None):
-            return self._render_rows_python(test, indices, labels, retriever, progress)
+            return self._render_rows_python(job, progress)
         if self.max_seq_len is None:
-            return self._render_rows_fast(test, train, indices, labels, retriever, progress)
+            return self._render_rows_fast(job, progress)
         # max_seq_len: every row whole on the fast paths, then the rows that are too long
         # trimmed; an error sends the dataset row by row, so that the reference's first error
         # is the one raised
         try:
-            whole = self._render_rows_fast(test, train, indices, labels, retriever, progress)
+            whole = self._render_rows_fast(job, progress)
         except Exception:
-            return self._render_rows_python(test, indices, labels, retriever, None)
-        return self._fit(whole, test, labels, retriever, self.max_seq_len)
+            return self._render_rows_python(job, None)
+        return self._fit(whole, job, self.max_seq_len)
 
-    def _render_rows_fast(
-        self,
-        test: list[dict[str, Any]],
-        train: list[dict[str, Any]],
-        indices: list[list[int]],
-        labels: list[Any] | None,
-        retriever: Any,
-        progress: Callable[[int], None] | None,
-    ) -> _Rendered:
+    def _render_rows_fast(self, job: _Job, progress: Callable[[int], None] | None) -> _Rendered:
         """The batch flows, else the Rust job, else row by row (which trims as it goes when
         ``max_seq_len`` is set)."""
+        test, train, indices, labels, retriever = job
         if labels is None and self.parse_mode == self.mode:
             fast = self._render_flow_batch(test, train, indices, retriever)
             if fast is not None:
@@ -857,7 +865,7 @@ class DatasetRenderer:
                 # the Rust job only takes rows that all have the same columns
                 return _Rendered(out, indices, len(test), True)
             _backend.note_fallback()
-        return self._render_rows_python(test, indices, labels, retriever, progress)
+        return self._render_rows_python(job, progress)
 
     def _render_chat_rows(
         self, test: list[dict[str, Any]], progress: Callable[[int], None] | None
@@ -879,62 +887,44 @@ class DatasetRenderer:
         given = self.input_columns
         prompts: list[Any] = []
         for i, row in enumerate(test):
-            try:
+            with _row_note(i):
                 if given is None:
                     columns = [c for c in row if c != self.output_column]
                 else:
                     columns = [given] if isinstance(given, str) else list(given)
                 chat = chats.build_chat(row, columns, self.output_column, self.template)
                 chats.infer(chat, i, _IGNORED_OUTPUT)
-            except Exception as exc:
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"while rendering test row {i}")
-                raise
             prompts.append(list(requests))
             requests.clear()
             if progress is not None:
                 progress(1)
         return _Rendered(prompts, [[] for _ in test], 0, False)
 
-    def _fit(
-        self, whole: _Rendered, test: list[dict[str, Any]], labels: Any, retriever: Any, limit: int
-    ) -> _Rendered:
+    def _fit(self, whole: _Rendered, job: _Job, limit: int) -> _Rendered:
         """``whole`` with the rows whose prompt (any label's, in ppl mode) is longer than
         ``limit`` re-rendered row by row with the trimming loop -- the same prompts as trimming
         every row, as a row that fits is never trimmed."""
         prompts, used = list(whole.prompts), list(whole.used)
+        labels = job.labels
         redone = 0
         for i, prompt in enumerate(prompts):
             parsed = prompt.values() if labels is not None else (prompt,)
             if used[i] and any(self._count(p) > limit for p in parsed):
-                try:
-                    prompts[i], used[i] = self._render_one(test[i], retriever, used[i], labels)
-                except Exception as exc:
-                    if hasattr(exc, "add_note"):  # Python 3.11+
-                        exc.add_note(f"while rendering test row {i}")
-                    raise
+                with _row_note(i):
+                    prompts[i], used[i] = self._render_one(
+                        job.test[i], job.retriever, used[i], labels
+                    )
                 redone += 1
         rust_rows = max(whole.rust_rows - redone, 0)
         return _Rendered(prompts, used, rust_rows, whole.uniform, whole.test_complete)
 
-    def _render_rows_python(
-        self,
-        test: list[dict[str, Any]],
-        indices: list[list[int]],
-        labels: list[Any] | None,
-        retriever: Any,
-        progress: Callable[[int], None] | None,
-    ) -> _Rendered:
+    def _render_rows_python(self, job: _Job, progress: Callable[[int], None] | None) -> _Rendered:
         """Every row through the mirrored classes (:meth:`_render_one`)."""
         prompts: list[Any] = []
         used: list[list[int]] = []
-        for i, row in enumerate(test):
-            try:
-                prompt, idx = self._render_one(row, retriever, indices[i], labels)
-            except Exception as exc:
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"while rendering test row {i}")
-                raise
+        for i, row in enumerate(job.test):
+            with _row_note(i):
+                prompt, idx = self._render_one(row, job.retriever, job.indices[i], job.labels)
             prompts.append(prompt)
             used.append(idx)
             if progress is not None:
