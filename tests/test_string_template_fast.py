@@ -1,8 +1,11 @@
 """``generate_item`` of a string template without an ice token: the one-pass path.
 
-Such a template is split at its slots once; a row is read in one pass over its items (key
-objects seen before are recognised by identity) and the prompt written into a reused buffer.
-The path is exact only under the one-scan condition (no key and no used value with a brace);
+Such a template is split at its slots once; a row with no more columns than the template has
+slots is read by looking each slot up (which proves that no other key is in the row when every
+column is found), any other row in one pass over its items (key objects seen before are
+recognised by identity), and the prompt is written into a reused buffer. The path is exact only
+under the one-scan condition (no key and no used value with a brace), checked per value or,
+when the template's text has no brace and every slot is filled, by one scan of the output;
 every other row goes to the full core or the pure-Python path. Each case here is compared with
 the reference, on both frameworks, and the common ones must stay in Rust.
 """
@@ -22,6 +25,8 @@ OURS = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}
 FRAMEWORKS = list(OURS)
 
 TEMPLATE = "{context}\nQuestion: {question}\nA: {a}\nB: {b}\nAgain: {a}\nAnswer: {answer}"
+# stray closing braces in the text: the output's braces are not all the values'
+STRAY_BRACES = "} {context}\nQuestion: {question}}\nA: {a}\nB: {b}\nAnswer: {answer} }"
 
 
 class Loud:
@@ -52,6 +57,15 @@ def _rows() -> list[dict[Any, Any]]:
         {"b": "order", "a": "reversed", "question": "q", "context": "c", "answer": "B"},
         {**base, "question": "ünïcödé ✓ 中文 🎉"},
         {**base, "question": ""},
+        # fewer columns than slots: looked up, and a column that is no slot sends the row to
+        # the one-pass read (which checks its key)
+        {"context": "c", "k}{x": "v"},
+        {"context": "c", 7: "int key"},
+        {"context": "c", "extra": "{a}", "answer": "A"},
+        {"question": "{a} with a slot left unfilled", "b": "{b}"},
+        {"context": "c", "missing": "{question}"},
+        {"context": "}", "question": "{", "a": "a", "b": "b", "answer": "A"},
+        {},
     ]
 
 
@@ -68,15 +82,23 @@ def _outcome(fn: Any) -> tuple[str, Any]:
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("template", [TEMPLATE, STRAY_BRACES], ids=["plain", "stray-braces"])
 @pytest.mark.parametrize(
     ("output_field", "token"),
-    [(None, ""), ("answer", ""), ("answer", "<mask>"), ("missing", "x"), ("a", 5)],
+    [
+        (None, ""),
+        ("answer", ""),
+        ("answer", "<mask>"),
+        ("answer", "{a}"),
+        ("missing", "x"),
+        ("a", 5),
+    ],
 )
 def test_rows_equal_the_reference(
-    reference: dict[str, Any], fw: str, output_field: Any, token: Any
+    reference: dict[str, Any], fw: str, template: str, output_field: Any, token: Any
 ) -> None:
-    ours = OURS[fw].PromptTemplate(TEMPLATE)
-    ref = reference[fw].PromptTemplate(TEMPLATE)
+    ours = OURS[fw].PromptTemplate(template)
+    ref = reference[fw].PromptTemplate(template)
     for row in _rows():
         got = _outcome(
             lambda row=row: ours.generate_item(

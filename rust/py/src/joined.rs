@@ -4,6 +4,7 @@
 //! the dataset job's `str.join` assembly uses.
 
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString};
 
 use promptweave_core::format::{fast_condition, has_brace as brace_in};
@@ -48,8 +49,12 @@ pub(crate) struct JoinedTemplate {
     pieces: Vec<Piece>,
     /// the slot names, each once
     names: Vec<String>,
+    /// the slot names as (interned) Python strings, made at the first render
+    name_objects: PyOnceLock<Vec<Py<PyString>>>,
     /// the template's own text (the output is at least this long)
     literal_len: usize,
+    /// whether the template's text outside its slots has a brace (a stray `}`)
+    literal_brace: bool,
     /// key objects seen before, each with the slot it fills (`None`: none): all exact `str`
     /// without a brace. They are held, so that an address seen again is the same object, and
     /// a row is read in one pass over its items, without a lookup per slot.
@@ -76,12 +81,14 @@ impl JoinedTemplate {
         }
         let mut pieces = Vec::new();
         let mut names: Vec<String> = Vec::new();
+        let mut literal_brace = false;
         let mut rest = template;
         while let Some(open) = rest.find('{') {
             let Some(close) = rest[open..].find('}').map(|c| open + c) else {
                 break;
             };
             if open > 0 {
+                literal_brace |= brace_in(&rest[..open]);
                 pieces.push(Piece::Lit(rest[..open].to_owned()));
             }
             let name = &rest[open + 1..close];
@@ -93,12 +100,15 @@ impl JoinedTemplate {
             rest = &rest[close + 1..];
         }
         if !rest.is_empty() {
+            literal_brace |= brace_in(rest);
             pieces.push(Piece::Lit(rest.to_owned()));
         }
         Some(Self {
             pieces,
             names,
+            name_objects: PyOnceLock::new(),
             literal_len: template.len(),
+            literal_brace,
             keys: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -131,6 +141,7 @@ impl JoinedTemplate {
                 Some((
                     self.names.iter().position(|n| n == name),
                     cell_str(replace_token)?,
+                    field,
                 ))
             }
         };
@@ -144,35 +155,16 @@ impl JoinedTemplate {
             heap.resize(self.names.len(), None);
             &mut heap
         };
-        {
-            // no Python code runs while the lock is held
-            let mut keys = self
-                .keys
-                .lock()
-                .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned key cache"))?;
-            for (key, value) in entry.iter() {
-                let slot = if let Some(&(_, slot)) =
-                    keys.iter().find(|(k, _)| k.as_ptr() == key.as_ptr())
-                {
-                    slot
-                } else {
-                    let Ok(key) = key.cast_into_exact::<PyString>() else {
-                        return Ok(None);
-                    };
-                    let Some(text) = brace_free(&key) else {
-                        return Ok(None);
-                    };
-                    let slot = self.names.iter().position(|n| n == text);
-                    if keys.len() < KNOWN_KEYS {
-                        keys.push((key.unbind(), slot));
-                    }
-                    slot
-                };
-                if let Some(v) = slot.and_then(|s| values.get_mut(s)) {
-                    *v = Some(value);
-                }
-            }
+        // a row with no more columns than the template has slots (and the masked column) is
+        // read by looking its slots up; that proves the condition when every column was found
+        // among them (then no other key, with a brace or of another type, is in the row)
+        let extra = mask.as_ref().filter(|(slot, _, _)| slot.is_none());
+        let lookup = entry.len() <= self.names.len() + usize::from(extra.is_some())
+            && self.read_by_lookup(entry, extra.map(|(_, _, field)| *field), values)?;
+        if !lookup && !self.read_by_iteration(entry, values)? {
+            return Ok(None);
         }
+        let mask = mask.map(|(slot, token, _)| (slot, token));
         // the masked slot's token (a mask naming no slot changes nothing)
         let token = mask.and_then(|(slot, t)| slot.map(|s| (s, t)));
         let complete = values.iter().all(Option::is_some);
@@ -190,6 +182,72 @@ impl JoinedTemplate {
         Ok(out.map(|out| (out, complete)))
     }
 
+    /// Looks each slot up in `entry` (and `extra`, the masked column when it names no slot);
+    /// `true` when every key of the row was found that way.
+    fn read_by_lookup<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        extra: Option<&Bound<'py, PyString>>,
+        values: &mut [Option<Bound<'py, PyAny>>],
+    ) -> PyResult<bool> {
+        let py = entry.py();
+        let names = self.name_objects.get_or_init(py, || {
+            self.names
+                .iter()
+                .map(|n| PyString::intern(py, n).unbind())
+                .collect()
+        });
+        let mut found = 0;
+        for (name, value) in names.iter().zip(values.iter_mut()) {
+            *value = entry.get_item(name.bind(py))?;
+            found += usize::from(value.is_some());
+        }
+        if let Some(field) = extra {
+            found += usize::from(entry.contains(field)?);
+        }
+        if found == entry.len() {
+            return Ok(true);
+        }
+        values.fill(None);
+        Ok(false)
+    }
+
+    /// Reads the row in one pass over its items; `false` when a key fails the one-scan
+    /// condition (not an exact `str`, a brace, no UTF-8 form).
+    fn read_by_iteration<'py>(
+        &self,
+        entry: &Bound<'py, PyDict>,
+        values: &mut [Option<Bound<'py, PyAny>>],
+    ) -> PyResult<bool> {
+        // no Python code runs while the lock is held
+        let mut keys = self
+            .keys
+            .lock()
+            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("poisoned key cache"))?;
+        for (key, value) in entry.iter() {
+            let slot =
+                if let Some(&(_, slot)) = keys.iter().find(|(k, _)| k.as_ptr() == key.as_ptr()) {
+                    slot
+                } else {
+                    let Ok(key) = key.cast_into_exact::<PyString>() else {
+                        return Ok(false);
+                    };
+                    let Some(text) = brace_free(&key) else {
+                        return Ok(false);
+                    };
+                    let slot = self.names.iter().position(|n| n == text);
+                    if keys.len() < KNOWN_KEYS {
+                        keys.push((key.unbind(), slot));
+                    }
+                    slot
+                };
+            if let Some(v) = slot.and_then(|s| values.get_mut(s)) {
+                *v = Some(value);
+            }
+        }
+        Ok(true)
+    }
+
     /// The prompt, written into `buf` first; `None` when the row must be rendered in full.
     fn fill<'py>(
         &self,
@@ -199,6 +257,13 @@ impl JoinedTemplate {
         buf: &mut String,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         buf.reserve(self.literal_len + 64);
+        // without a brace in the template's text or a slot left as it is, the output has a
+        // brace exactly when a value has one: one scan of it replaces one scan per value
+        let each = self.literal_brace
+            || values
+                .iter()
+                .enumerate()
+                .any(|(i, v)| v.is_none() && token.is_none_or(|(masked, _)| *masked != i));
         for piece in &self.pieces {
             let slot = match piece {
                 Piece::Lit(s) => {
@@ -218,9 +283,12 @@ impl JoinedTemplate {
                 }
             };
             match value.to_str() {
-                Ok(t) if !brace_in(t) => buf.push_str(t),
+                Ok(t) if !(each && brace_in(t)) => buf.push_str(t),
                 _ => return Ok(None),
             }
+        }
+        if !each && brace_in(buf) {
+            return Ok(None);
         }
         Ok(Some(PyString::new(py, buf).into_any()))
     }
