@@ -135,14 +135,18 @@ impl JoinedTemplate {
                 let Ok(field) = field.cast_exact::<PyString>() else {
                     return Ok(None);
                 };
-                let Some(name) = brace_free(field) else {
-                    return Ok(None);
-                };
-                Some((
-                    self.names.iter().position(|n| n == name),
-                    cell_str(replace_token)?,
-                    field,
-                ))
+                // the column name as one of the slot names' interned objects (as a name
+                // written in Python code is), else by its text
+                let slot =
+                    if let Some(slot) = self.name_objects(py).iter().position(|n| field.is(n)) {
+                        Some(slot)
+                    } else {
+                        let Some(name) = brace_free(field) else {
+                            return Ok(None);
+                        };
+                        self.names.iter().position(|n| n == name)
+                    };
+                Some((slot, cell_str(replace_token)?, field))
             }
         };
         // the row's value for each slot: on the stack for the usual few slots (a vector made
@@ -182,6 +186,16 @@ impl JoinedTemplate {
         Ok(out.map(|out| (out, complete)))
     }
 
+    /// The slot names as interned Python strings.
+    fn name_objects(&self, py: Python<'_>) -> &[Py<PyString>] {
+        self.name_objects.get_or_init(py, || {
+            self.names
+                .iter()
+                .map(|n| PyString::intern(py, n).unbind())
+                .collect()
+        })
+    }
+
     /// Looks each slot up in `entry` (and `extra`, the masked column when it names no slot);
     /// `true` when every key of the row was found that way.
     fn read_by_lookup<'py>(
@@ -191,12 +205,7 @@ impl JoinedTemplate {
         values: &mut [Option<Bound<'py, PyAny>>],
     ) -> PyResult<bool> {
         let py = entry.py();
-        let names = self.name_objects.get_or_init(py, || {
-            self.names
-                .iter()
-                .map(|n| PyString::intern(py, n).unbind())
-                .collect()
-        });
+        let names = self.name_objects(py);
         let mut found = 0;
         for (name, value) in names.iter().zip(values.iter_mut()) {
             *value = entry.get_item(name.bind(py))?;
@@ -272,9 +281,18 @@ impl JoinedTemplate {
                 }
                 Piece::Slot(slot) => *slot,
             };
+            // an exact `str` is read where it is (no new reference); anything else is `str()`ed
+            let made;
             let value = match (token, values.get(slot).and_then(Option::as_ref)) {
-                (Some((masked, t)), _) if *masked == slot => t.clone(),
-                (_, Some(v)) => cell_str(v)?,
+                (Some((masked, t)), _) if *masked == slot => t,
+                (_, Some(v)) => {
+                    if let Ok(v) = v.cast_exact::<PyString>() {
+                        v
+                    } else {
+                        made = v.str()?;
+                        &made
+                    }
+                }
                 (_, None) => {
                     buf.push('{');
                     buf.push_str(self.names.get(slot).map_or("", String::as_str));
