@@ -1,12 +1,14 @@
-"""``LMTemplateParser.parse_template`` as the instance's own Rust method, and parsers as plain
-objects (copied, deep-copied and pickled as the reference's are).
+"""``parse_template`` of ``LMTemplateParser`` and ``APITemplateParser`` as the instance's own Rust
+method, and parsers as plain objects (copied, deep-copied and pickled as the reference's are).
 
-A parser installs ``_core.LmParse(...).parse_template`` on itself: a ``str`` prompt comes back as
-it is and a ``PromptList`` of the parser's flavour is rendered by the compiled meta template,
-without a Python frame; everything else goes to the class method. These tests check that the
-installed method gives what the class method gives (and what the reference gives) in every case,
-follows ``FORCE_PYTHON`` switched after construction, keeps a subclass's override, keeps a
-temporary parser alive through the call, and lets the garbage collector free a parser.
+A parser installs ``_core.ParseMethod(...).parse_template`` on itself: a ``str`` prompt comes back
+as it is and a ``PromptList`` of the parser's flavour is rendered by the compiled meta template
+(API: unless it is OpenCompass raw messages or has text items the API walk ignores, which the
+class method warns about), without a Python frame; everything else goes to the class method.
+These tests check that the installed method gives what the class method gives (and what the
+reference gives) in every case, follows ``FORCE_PYTHON`` switched after construction, keeps a
+subclass's override, keeps a temporary parser alive through the call, and lets the garbage
+collector free a parser.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def test_installed_method_equals_the_class_method_and_the_reference(
 ) -> None:
     M = OURS[fw]
     ours, ref = M.LMTemplateParser(meta), reference[fw].LMTemplateParser(meta)
-    assert isinstance(ours.__dict__["parse_template"].__self__, _core.LmParse)
+    assert isinstance(ours.__dict__["parse_template"].__self__, _core.ParseMethod)
     for prompt, ref_prompt in zip(_inputs(M), _inputs(reference[fw]), strict=True):
         for mode in ("gen", "ppl"):
             got = repr(ours.parse_template(prompt, mode=mode))
@@ -139,10 +141,98 @@ def test_parsers_copy_deepcopy_and_pickle(reference: dict[str, Any], fw: str, cl
         assert other.meta_template == meta
         assert other.eos_token_id == parser.eos_token_id == 151645
         assert repr(other.parse_template(_prompt(M), mode="gen")) == want
-        if cls == "LMTemplateParser":
-            # its own installed method, serving the copy
-            assert (
-                other.__dict__["parse_template"].__self__
-                is not parser.__dict__["parse_template"].__self__
-            )
+        # its own installed method, serving the copy
+        assert (
+            other.__dict__["parse_template"].__self__
+            is not parser.__dict__["parse_template"].__self__
+        )
     assert copy.deepcopy(parser).meta_template is not meta
+
+
+def _api_inputs(M: Any) -> list[Any]:
+    """Prompts of every kind the API parser takes, the shortcut's and the class method's."""
+    return [
+        "plain text",
+        _prompt(M),
+        M.PromptList([{"role": "HUMAN", "prompt": "hi"}, "ignored text", {"role": "BOT"}]),
+        # a text item inside a round: the API walk ignores it, and the class method warns
+        M.PromptList(
+            [
+                {"section": "round", "pos": "begin"},
+                {"role": "HUMAN", "prompt": "hi"},
+                "ignored text",
+                {"role": "BOT", "prompt": ""},
+                {"section": "round", "pos": "end"},
+            ]
+        ),
+        # every item a string with both substrings: raw messages to OpenCompass
+        M.PromptList(["the role and its content", "content, role"]),
+        # raw messages (OpenCompass passes them through), as a PromptList and a plain list
+        M.PromptList([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]),
+        [{"role": "user", "content": "hi"}],
+        # strings are tested for the substrings, as the reference tests them
+        M.PromptList(["a role and its content", {"role": "HUMAN", "prompt": "x"}]),
+        M.PromptList([{"role": "user", "content": "c"}, {"role": "HUMAN", "prompt": "p"}]),
+        M.PromptList([{"role": "HUMAN", "prompt": "p"}, 7]),
+        M.PromptList([{"section": "round", "pos": "begin"}, {"role": "SYSTEM", "prompt": "s"}]),
+        M.PromptList([]),
+        ("x", "y"),
+    ]
+
+
+def _api_outcome(fn: Any) -> tuple[str, Any, int]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return "ok", repr(fn()), len(caught)
+        except Exception as exc:
+            return "error", type(exc).__name__, len(caught)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("meta", [None, API_META], ids=["no-meta", "api-roles"])
+def test_api_installed_method_equals_the_class_method_and_the_reference(
+    reference: dict[str, Any], fw: str, meta: Any
+) -> None:
+    M = OURS[fw]
+    ours = M.APITemplateParser(copy.deepcopy(meta))
+    ref = reference[fw].APITemplateParser(copy.deepcopy(meta))
+    assert isinstance(ours.__dict__["parse_template"].__self__, _core.ParseMethod)
+    for prompt, ref_prompt in zip(_api_inputs(M), _api_inputs(reference[fw]), strict=True):
+        for mode in ("gen", "ppl"):
+            got = _api_outcome(lambda p=prompt, m=mode: ours.parse_template(p, mode=m))
+            cls_got = _api_outcome(lambda p=prompt, m=mode: type(ours).parse_template(ours, p, m))
+            want = _api_outcome(lambda p=ref_prompt, m=mode: ref.parse_template(p, mode=m))
+            assert got == cls_got, (prompt, mode)
+            if want[0] == "ok":
+                assert got == want, (prompt, mode)
+            else:
+                assert got[0] == "error", (prompt, mode, got, want)
+    with pytest.raises(ValueError, match="mode"):
+        ours.parse_template(_prompt(M), "GEN")
+
+
+def test_api_installed_method_stays_in_rust(monkeypatch: pytest.MonkeyPatch) -> None:
+    M = promptweave.aisbench
+    parser = M.APITemplateParser(API_META)
+    want = type(parser).parse_template(parser, _prompt(M), "gen")
+    fallbacks = _backend.fallbacks
+    got = parser.parse_template(_prompt(M), mode="gen")
+    assert got == want
+    assert type(got) is M.PromptList
+    assert _backend.fallbacks == fallbacks
+    monkeypatch.setattr(_backend, "FORCE_PYTHON", True)
+    assert parser.parse_template(_prompt(M), mode="gen") == want
+    assert _backend.fallbacks == fallbacks + 1
+
+
+def test_api_subclass_override_is_kept() -> None:
+    class Tagged(promptweave.opencompass.APITemplateParser):
+        def parse_template(self, prompt_template: Any, mode: str) -> Any:
+            return ("tagged", super().parse_template(prompt_template, mode))
+
+    parser = Tagged(API_META)
+    assert "parse_template" not in parser.__dict__
+    assert parser.parse_template("abc", mode="gen") == ("tagged", "abc")

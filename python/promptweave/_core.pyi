@@ -29,6 +29,9 @@ def safe_format(template: str, entry: dict[str, Any]) -> str:
 def single_pass_format(template: str, entry: dict[str, Any]) -> str:
     """Injection-free single-scan substitution."""
 
+def concat_prompts(items: list[Any]) -> str:
+    """``str(PromptList)`` (OpenCompass): str items and dict items' ``prompt``, concatenated."""
+
 def join_plain(items: list[Any]) -> str:
     """The no-meta-template newline join of a prompt list."""
 
@@ -72,11 +75,18 @@ class MetaTemplate:
         """The API walk: messages (meta begin first when truthy) and the ignored-text count."""
 
 @final
-class LmParse:
-    """``LMTemplateParser.parse_template`` for a ``str`` or a ``PromptList`` of the parser's
+class ParseMethod:
+    """``parse_template`` of an ``LMTemplateParser`` (``api=None``) or an ``APITemplateParser``
+    (``api='opencompass'``/``'aisbench'``) for a ``str`` or a ``PromptList`` of the parser's
     flavour, installed on the parser as its own method; other inputs go to the class method."""
 
-    def __new__(cls, parser: Any, meta: MetaTemplate | None, prompt_list: type[Any]) -> LmParse: ...
+    def __new__(
+        cls,
+        parser: Any,
+        meta: MetaTemplate | None,
+        prompt_list: type[Any],
+        api: str | None = None,
+    ) -> ParseMethod: ...
     def parse_template(self, prompt_template: Any, mode: Any) -> Any: ...
 
 @final

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar, cast
 
-from promptweave import _fallback
+from promptweave import _backend, _core, _fallback
 from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.errors import PromptTypeError, make_error
 
@@ -35,6 +35,13 @@ def safe_format(input_str: str, **kwargs: Any) -> str:
     Sequential whole-string ``str.replace`` (spec 01 §1): text inserted for one key is scanned
     by every later key, placeholders of missing keys stay untouched, ``{{`` is not an escape.
     """
+    if kwargs and type(input_str) is str and not _backend.FORCE_PYTHON:
+        try:
+            return _core.safe_format(input_str, kwargs)
+        except (_core.FallbackRequired, UnicodeEncodeError):
+            pass  # a non-str key, lone surrogates: the exact Python path
+    if kwargs:
+        _backend.note_fallback()
     return _fallback.safe_format(input_str, kwargs)
 
 
@@ -152,6 +159,11 @@ class PromptList(list[Any]):
         """Concatenate string items and dict items' ``prompt`` (AISBench: JSON-encoded)."""
         cls = type(self)
         ais = cls._flavor == AISBENCH
+        if not ais and not _backend.FORCE_PYTHON:
+            try:
+                return _core.concat_prompts(self)
+            except _core.FallbackRequired:
+                pass  # other item or prompt types, lone surrogates: the checks below
         parts: list[Any] = []
         for i, item in enumerate(self):
             if isinstance(item, str):

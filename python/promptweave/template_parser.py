@@ -174,7 +174,7 @@ class LMTemplateParser(_BaseParser):
         overrides ``parse_template`` keeps its override."""
         self.__dict__.pop("parse_template", None)
         if type(self).parse_template is LMTemplateParser.parse_template:
-            self.parse_template = _core.LmParse(  # type: ignore[method-assign]
+            self.parse_template = _core.ParseMethod(  # type: ignore[method-assign]
                 self, self._compiled, self._prompt_list
             ).parse_template
 
@@ -221,6 +221,17 @@ class APITemplateParser(_BaseParser):
     """
 
     _api = True
+
+    def _install_fast_methods(self) -> None:
+        """Make a Rust method this instance's ``parse_template`` (as ``LMTemplateParser``
+        does): it returns a ``str`` prompt as it is and renders a ``PromptList`` of this
+        flavour that is not raw messages with the compiled meta template, as the method below
+        does when no text item is ignored, and hands everything else to the method below."""
+        self.__dict__.pop("parse_template", None)
+        if type(self).parse_template is APITemplateParser.parse_template:
+            self.parse_template = _core.ParseMethod(  # type: ignore[method-assign]
+                self, self._compiled, self._prompt_list, self._flavor
+            ).parse_template
 
     def _is_raw_messages(self, prompt: Any) -> bool:
         if self._flavor != OPENCOMPASS or not isinstance(prompt, list) or not prompt:

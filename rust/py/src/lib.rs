@@ -22,11 +22,11 @@ mod _core {
     #[pymodule_export]
     use crate::flows::{render_mm_rows, render_raw_rows};
     #[pymodule_export]
-    use crate::format::{join_plain, safe_format, single_pass_format};
+    use crate::format::{concat_prompts, join_plain, safe_format, single_pass_format};
     #[pymodule_export]
     use crate::markers::parse_content;
     #[pymodule_export]
-    use crate::meta::{PyLmParse, PyMetaTemplate};
+    use crate::meta::{PyMetaTemplate, PyParseMethod};
     #[pymodule_export]
     use crate::template::{PyCompiledTemplate, PyTemplateMethods};
 

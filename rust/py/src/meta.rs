@@ -1,5 +1,5 @@
-//! `MetaTemplate`: a compiled model meta template (LM and API walks), and `LmParse`, the
-//! `LMTemplateParser.parse_template` a parser takes as its own.
+//! `MetaTemplate`: a compiled model meta template (LM and API walks), and `ParseMethod`, the
+//! `parse_template` an `LMTemplateParser` or `APITemplateParser` takes as its own.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -148,23 +148,53 @@ impl PyMetaTemplate {
     }
 }
 
-/// `LMTemplateParser.parse_template` for its common cases, installed on a parser as its own
-/// instance method (a per-row call then runs no Python frame): a `str` prompt is returned as
-/// it is, a `PromptList` of the parser's flavour is rendered by the meta template; anything
+/// `parse_template` of an `LMTemplateParser` or an `APITemplateParser` for its common cases,
+/// installed on a parser as its own instance method (a per-row call then runs no Python
+/// frame): a `str` prompt is returned as it is, a `PromptList` of the parser's flavour is
+/// rendered by the meta template (API: into the flavour's `PromptList` of messages); anything
 /// else (and everything under `FORCE_PYTHON`, and what the core gives up on) is handed to the
 /// class method, the one definition of the full behaviour.
-#[pyclass(frozen, name = "LmParse", module = "promptweave._core")]
-pub(crate) struct PyLmParse {
+#[pyclass(frozen, name = "ParseMethod", module = "promptweave._core")]
+pub(crate) struct PyParseMethod {
     /// the parser, held strongly (a temporary one, as in `LMTemplateParser(m).parse_template
     /// (...)`, must live through the call); reported to the garbage collector, which frees the
     /// cycle through the parser's instance dict
     parser: Py<PyAny>,
     meta: Option<Py<PyMetaTemplate>>,
     prompt_list: Py<PyAny>,
+    /// `None`: an `LMTemplateParser`; else an `APITemplateParser` of this framework
+    api: Option<Flavor>,
     backend: Backend,
 }
 
-impl PyLmParse {
+/// Whether a prompt list is OpenCompass raw messages (`"role" in x and "content" in x` for
+/// every item, keys of dicts and substrings of strings alike); `None` when an item is of
+/// another type (the class method then does what the reference does with it).
+fn raw_messages(list: &Bound<'_, PyList>) -> PyResult<Option<bool>> {
+    let py = list.py();
+    if list.is_empty() {
+        return Ok(Some(false));
+    }
+    for item in list.iter() {
+        let (role, content) = (intern!(py, "role"), intern!(py, "content"));
+        let has = if let Ok(d) = item.cast_exact::<PyDict>() {
+            d.contains(role)? && d.contains(content)?
+        } else if let Ok(s) = item.cast_exact::<PyString>() {
+            let Ok(text) = s.to_str() else {
+                return Ok(None);
+            };
+            text.contains("role") && text.contains("content")
+        } else {
+            return Ok(None);
+        };
+        if !has {
+            return Ok(Some(false));
+        }
+    }
+    Ok(Some(true))
+}
+
+impl PyParseMethod {
     /// The shortcut's result; `None` when the class method must render.
     fn shortcut<'py>(
         &self,
@@ -187,28 +217,57 @@ impl PyLmParse {
             return Ok(None);
         }
         let list = prompt_template.cast::<PyList>()?;
+        let Some(flavor) = self.api else {
+            return self.backend.rendered(py, || {
+                let s = meta.get().render_lm(list, gen_mode)?;
+                Ok(PyString::new(py, &s).into_any())
+            });
+        };
+        if flavor == Flavor::OpenCompass && raw_messages(list)? != Some(false) {
+            return Ok(None);
+        }
         self.backend.rendered(py, || {
-            let s = meta.get().render_lm(list, gen_mode)?;
-            Ok(PyString::new(py, &s).into_any())
+            let (messages, ignored) =
+                meta.get()
+                    .render_api(list, gen_mode, flavor == Flavor::AisBench)?;
+            if ignored > 0 {
+                // the class method warns once per ignored text
+                return Err(unsupported("text items an API model ignores"));
+            }
+            self.prompt_list.bind(py).call1((messages,))
         })
     }
 }
 
 #[pymethods]
-impl PyLmParse {
+impl PyParseMethod {
     /// Serve `parser`, whose compiled meta template is `meta` (`None`: none, or one the core
-    /// does not model) and whose `PromptList` class is `prompt_list`.
+    /// does not model) and whose `PromptList` class is `prompt_list`; `api` is `None` for an
+    /// `LMTemplateParser`, else the API parser's framework (`'opencompass'`, `'aisbench'`).
     #[new]
+    #[pyo3(signature = (parser, meta, prompt_list, api=None))]
     fn py_new(
         parser: &Bound<'_, PyAny>,
         meta: Option<Py<PyMetaTemplate>>,
         prompt_list: Py<PyAny>,
+        api: Option<&str>,
     ) -> PyResult<Self> {
         let py = parser.py();
+        let api = match api {
+            None => None,
+            Some("opencompass") => Some(Flavor::OpenCompass),
+            Some("aisbench") => Some(Flavor::AisBench),
+            Some(other) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "api must be None, 'opencompass' or 'aisbench', not {other:?}"
+                )));
+            }
+        };
         Ok(Self {
             parser: parser.clone().unbind(),
             meta,
             prompt_list,
+            api,
             backend: Backend::import(py)?,
         })
     }
