@@ -149,7 +149,8 @@ DIALOGUE = {
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_installed_methods_equal_the_class_methods(reference: dict[str, Any], fw: str) -> None:
-    """``generate_item`` / ``generate_ice_item`` of a template are Rust methods of the instance
+    """``generate_item`` / ``generate_ice_item`` / ``generate_label_prompt_item`` of a template
+    are Rust methods of the instance
     (no Python frame per row), with the reference's signature and defaults; each call equals
     the class method's and the reference's, the pure-Python cases (non-dict rows, lone
     surrogates, FORCE_PYTHON) included."""
@@ -158,6 +159,7 @@ def test_installed_methods_equal_the_class_methods(reference: dict[str, Any], fw
         ref = reference[fw].PromptTemplate(template, ice_token=ice_token)
         assert type(ours.generate_item).__name__ == "builtin_function_or_method"
         assert type(ours.generate_ice_item).__name__ == "builtin_function_or_method"
+        assert type(ours.generate_label_prompt_item).__name__ == "builtin_function_or_method"
         cls = type(ours)
         ice = ref_ice = ""
         if ice_token:
@@ -188,6 +190,16 @@ def test_installed_methods_equal_the_class_methods(reference: dict[str, Any], fw
             else:
                 assert got[0] == "error", row
                 assert issubclass(got[1], want[1]), (row, got, want)
+            for args in ((row, ice, "A"), (row, ice, "A", True), (row, ice, "A", None)):
+                ref_args = tuple(ref_ice if a is ice and ice_token else a for a in args)
+                got = _outcome(partial(ours.generate_label_prompt_item, *args))
+                assert got == _outcome(partial(cls.generate_label_prompt_item, ours, *args))
+                want = _outcome(partial(ref.generate_label_prompt_item, *ref_args))
+                if want[0] == "ok":
+                    assert got == want, (row, args)
+                else:
+                    assert got[0] == "error", (row, args)
+                    assert issubclass(got[1], want[1]), (row, got, want)
         # a mapping that is not a dict, and everything under FORCE_PYTHON: the Python methods
         fallbacks = _backend.fallbacks
         proxy = type("Row", (dict,), {})(question="p", answer="x")
@@ -260,3 +272,46 @@ def test_templates_with_installed_methods_are_collected() -> None:
     refs = [weakref.ref(promptweave.opencompass.PromptTemplate(f"Q: {{q}} {i}")) for i in range(50)]
     gc.collect()
     assert not [r for r in refs if r() is not None]
+
+
+class Truthy:
+    """A ``remain_sep`` whose truth the template asks once."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def __bool__(self) -> bool:
+        self.asked += 1
+        return True
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_installed_label_prompt_method_on_label_templates(
+    reference: dict[str, Any], fw: str
+) -> None:
+    """A label dict (string and dialogue bodies, a sep token): the installed
+    ``generate_label_prompt_item`` equals the class method and the reference for every label,
+    ``remain_sep`` given or not, and an unknown label fails as the reference's does."""
+    labels = {
+        "A": "</E>Q: {question} <SEP>Answer: A",
+        "B": {"begin": "</E>", "round": [{"role": "HUMAN", "prompt": "{question}<SEP>"}]},
+    }
+    ours = OURS[fw].PromptTemplate(labels, ice_token="</E>", sep_token="<SEP>")
+    ref = reference[fw].PromptTemplate(labels, ice_token="</E>", sep_token="<SEP>")
+    cls = type(ours)
+    row = {"question": "why {answer}?", "answer": "because"}
+    for label in ("A", "B", "missing"):
+        for tail in ((), (True,), (False,), (None,)):
+            args = (row, "[ICE {question}]", label, *tail)
+            got = _outcome(partial(ours.generate_label_prompt_item, *args))
+            assert got == _outcome(partial(cls.generate_label_prompt_item, ours, *args))
+            want = _outcome(partial(ref.generate_label_prompt_item, *args))
+            if want[0] == "ok":
+                assert got == want, (label, tail)
+            else:
+                assert got[0] == "error", (label, tail)
+                assert issubclass(got[1], want[1]), (label, got, want)
+    truthy = Truthy()
+    kept = ours.generate_label_prompt_item(row, "", "A", remain_sep=truthy)
+    assert kept == ref.generate_label_prompt_item(row, "", "A", remain_sep=True)
+    assert truthy.asked == 1

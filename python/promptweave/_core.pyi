@@ -91,9 +91,10 @@ class ParseMethod:
 
 @final
 class TemplateMethods:
-    """``PromptTemplate.generate_item`` / ``generate_ice_item`` rendered by a compiled template,
-    installed on the template as its own methods; what the core does not model goes to the
-    template's ``_generate_item_python`` / ``_generate_ice_item_python``."""
+    """``PromptTemplate.generate_item`` / ``generate_ice_item`` / ``generate_label_prompt_item``
+    rendered by a compiled template, installed on the template as its own methods; what the
+    core does not model goes to the template's ``_generate_item_python`` /
+    ``_generate_ice_item_python`` / ``_generate_label_prompt_item_python``."""
 
     def __new__(cls, template: Any, compiled: CompiledTemplate) -> TemplateMethods: ...
     def generate_item(
@@ -104,6 +105,9 @@ class TemplateMethods:
         ice_field_replace_token: Any = "",
     ) -> Any: ...
     def generate_ice_item(self, entry: Any, label: Any) -> Any: ...
+    def generate_label_prompt_item(
+        self, entry: Any, ice: Any, label: Any, remain_sep: Any = False
+    ) -> Any: ...
 
 def render_dataset(
     template: CompiledTemplate,

@@ -210,16 +210,16 @@ class PromptTemplate(BasePromptTemplate):
         that a per-row call goes straight into Rust, without a Python frame: they render with
         the compiled template and hand what it does not model to the Python methods below. A
         subclass that overrides one keeps its override."""
-        for name in ("generate_item", "generate_ice_item"):
+        names = ("generate_item", "generate_ice_item", "generate_label_prompt_item")
+        for name in names:
             self.__dict__.pop(name, None)
         if self._compiled is None:
             return
         methods = _core.TemplateMethods(self, self._compiled)
         cls = type(self)
-        if cls.generate_item is PromptTemplate.generate_item:
-            self.__dict__["generate_item"] = methods.generate_item
-        if cls.generate_ice_item is PromptTemplate.generate_ice_item:
-            self.__dict__["generate_ice_item"] = methods.generate_ice_item
+        for name in names:
+            if getattr(cls, name) is getattr(PromptTemplate, name):
+                self.__dict__[name] = getattr(methods, name)
 
     def _compile(self) -> None:
         self._labels: dict[Hashable, int] = {}
@@ -305,6 +305,11 @@ class PromptTemplate(BasePromptTemplate):
                 return compiled.label_prompt_item(entry, ice, label, bool(remain_sep))
             except _core.FallbackRequired:
                 pass
+        return self._generate_label_prompt_item_python(entry, ice, label, remain_sep)
+
+    def _generate_label_prompt_item_python(
+        self, entry: Mapping[str, Any], ice: Any, label: Hashable, remain_sep: bool | None
+    ) -> Any:
         _backend.note_fallback()
         return _fallback.generate_label_prompt_item(self, entry, ice, label, remain_sep)
 

@@ -578,6 +578,16 @@ fn empty_token() -> Py<PyAny> {
     Python::attach(|py| pyo3::intern!(py, "").clone().into_any().unbind())
 }
 
+/// `False`, the default `remain_sep` of `generate_label_prompt_item`.
+fn false_value() -> Py<PyAny> {
+    Python::attach(|py| {
+        pyo3::types::PyBool::new(py, false)
+            .to_owned()
+            .into_any()
+            .unbind()
+    })
+}
+
 #[pymethods]
 impl PyTemplateMethods {
     #[new]
@@ -622,6 +632,33 @@ impl PyTemplateMethods {
             |compiled| compiled.item(entry, output_field, token, ice),
             name,
             (entry, output_field, token, ice),
+        )
+    }
+
+    /// `PromptTemplate.generate_label_prompt_item`, with its signature and default.
+    // PyO3 hands a defaulted argument over by value
+    #[allow(clippy::needless_pass_by_value)]
+    #[pyo3(
+        signature = (entry, ice, label, remain_sep=false_value()),
+        text_signature = "($self, entry, ice, label, remain_sep=False)"
+    )]
+    fn generate_label_prompt_item<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &Bound<'py, PyAny>,
+        ice: &Bound<'py, PyAny>,
+        label: &Bound<'py, PyAny>,
+        remain_sep: Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let remain_sep = remain_sep.bind(py);
+        // `bool(remain_sep)`, as the Python method asks it
+        let keep = remain_sep.is_truthy()?;
+        let name = pyo3::intern!(py, "_generate_label_prompt_item_python");
+        self.or_python(
+            py,
+            |compiled| compiled.label_prompt_item(entry, ice, label, keep),
+            name,
+            (entry, ice, label, remain_sep),
         )
     }
 
