@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 import promptweave.aisbench
 import promptweave.opencompass
-from promptweave import _backend
+from promptweave import _backend, _core
 from promptweave.errors import PromptRenderError, UnknownRoleError
 
 FRAMEWORKS = ["oc", "ais"]
@@ -971,3 +971,37 @@ def test_one_string_template_over_rows_of_changing_keys(reference: dict[str, Any
             want = outcome(ref, row, column)
             got = outcome(ours, row, column)
             assert got == want or (isinstance(want, type) and issubclass(got, want)), (row, column)
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(
+        st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+        | st.sampled_from(['"', "\\", "\x7f", "\x00\x1f", "\u2028", "\U0001f600é", ""]),
+        max_size=4,
+    ),
+    shape=st.lists(st.sampled_from(["str", "role", "marker", "no-prompt"]), max_size=4),
+)
+def test_str_of_prompt_list_escapes_every_character_as_the_reference(
+    reference: dict[str, Any], fw: str, texts: list[str], shape: list[str]
+) -> None:
+    """``str(PromptList)`` over any Unicode text (AISBench: each prompt JSON-encoded, every
+    non-printable-ASCII character escaped) is the reference's, and stays in the Rust core."""
+    ours_api = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}[fw]
+    items: list[Any] = []
+    for i, kind in enumerate(shape):
+        text = texts[i % len(texts)] if texts else ""
+        items.append(
+            {
+                "str": text,
+                "role": {"role": "HUMAN", "prompt": text},
+                "marker": {"section": "round", "pos": "begin"},
+                "no-prompt": {"role": "BOT"},
+            }[kind]
+        )
+    want = str(reference[fw].PromptList(copy.deepcopy(items)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_backend, "FORCE_PYTHON", False)
+        assert str(ours_api.PromptList(copy.deepcopy(items))) == want
+        assert _core.concat_prompts(items, fw == "ais") == want

@@ -29,8 +29,9 @@ def safe_format(template: str, entry: dict[str, Any]) -> str:
 def single_pass_format(template: str, entry: dict[str, Any]) -> str:
     """Injection-free single-scan substitution."""
 
-def concat_prompts(items: list[Any]) -> str:
-    """``str(PromptList)`` (OpenCompass): str items and dict items' ``prompt``, concatenated."""
+def concat_prompts(items: list[Any], json_prompts: bool = False) -> str:
+    """``str(PromptList)``: str items and dict items' ``prompt`` (``json_prompts``: each as
+    ``json.dumps`` writes it, as AISBench does), concatenated."""
 
 def join_plain(items: list[Any]) -> str:
     """The no-meta-template newline join of a prompt list."""
