@@ -1005,3 +1005,47 @@ def test_str_of_prompt_list_escapes_every_character_as_the_reference(
         mp.setattr(_backend, "FORCE_PYTHON", False)
         assert str(ours_api.PromptList(copy.deepcopy(items))) == want
         assert _core.concat_prompts(items, fw == "ais") == want
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_prompt_list_format_in_rust_keeps_the_sequential_quirks(
+    reference: dict[str, Any], fw: str
+) -> None:
+    """``PromptList.format`` of plain items and values runs in the Rust core with the
+    reference's order-dependent substitution (a value's placeholder filled by a later key, not
+    by an earlier one), copies dicts, and leaves other items to the Python path."""
+    ours_api = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}[fw]
+    items: list[Any] = [
+        "{a} then {b}",
+        {"role": "HUMAN", "prompt": "{b} before {a}", "begin": "{a}"},
+        {"section": "round", "pos": "begin"},
+        {"role": "BOT"},
+        "{missing} {{a}} ünï {a}",
+    ]
+    kwargs_cases: list[dict[str, Any]] = [
+        {"a": "<{b}>", "b": "<{a}>"},
+        {"b": "{a}", "a": 1.5},
+        {"a": None, "b": True},
+        {},
+    ]
+    for kwargs in kwargs_cases:
+        want = reference[fw].PromptList(copy.deepcopy(items)).format(**kwargs)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_backend, "FORCE_PYTHON", False)
+            fallbacks = _backend.fallbacks
+            pl = ours_api.PromptList(copy.deepcopy(items))
+            got = pl.format(**kwargs)
+            assert _backend.fallbacks == fallbacks
+        assert type(got) is ours_api.PromptList
+        assert repr(got) == repr(want), kwargs
+        assert all(g is not o for g, o in zip(got, pl, strict=True) if isinstance(o, dict))
+    # a list value, a nested dict item: the Python path, same result
+    for kwargs, extra in (({"a": [1]}, "{a}"), ({"a": "x"}, {"role": "X", "prompt": ["{a}"]})):
+        want = reference[fw].PromptList([*copy.deepcopy(items), extra])
+        ours = ours_api.PromptList([*copy.deepcopy(items), extra])
+        got_outcome = run(lambda o=ours, k=kwargs: o.format(**k))
+        want_outcome = run(lambda w=want, k=kwargs: w.format(**k))
+        if want_outcome.ok:
+            assert repr(got_outcome.value) == repr(want_outcome.value), kwargs
+        else:
+            assert isinstance(got_outcome.error, type(want_outcome.error)), kwargs

@@ -70,6 +70,11 @@ class PromptList(list[Any]):
         Dict items are deep-copied; keys other than ``prompt`` are never touched. A non-str item
         (or non-str ``prompt``) cannot be formatted once there is at least one key.
         """
+        if not _backend.FORCE_PYTHON:
+            try:
+                return type(self)(_core.format_prompt_list(self, kwargs, False))
+            except (_core.FallbackRequired, UnicodeEncodeError):
+                pass  # other item or value types, lone surrogates: the exact Python path
         return _fallback.format_prompt_list(self, kwargs, type(self))
 
     # ----------------------------------------------------------------- replace

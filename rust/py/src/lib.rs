@@ -22,7 +22,9 @@ mod _core {
     #[pymodule_export]
     use crate::flows::{render_mm_rows, render_raw_rows};
     #[pymodule_export]
-    use crate::format::{concat_prompts, join_plain, safe_format, single_pass_format};
+    use crate::format::{
+        concat_prompts, format_prompt_list, join_plain, safe_format, single_pass_format,
+    };
     #[pymodule_export]
     use crate::markers::parse_content;
     #[pymodule_export]
