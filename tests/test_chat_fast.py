@@ -280,7 +280,8 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
     "int_of_undefined": ("{{ missing | int }}", False),
     "tojson_ensure_ascii": (
         "{{ 'é😀' | tojson(ensure_ascii=true) }}{{ 'é' | tojson(ensure_ascii=false) }}"
-        "{{ messages[1] | tojson(true) }}",
+        "{{ messages[1] | tojson(true) }}{{ 'del:\x7f' | tojson(ensure_ascii=true) }}"
+        "{{ 'del:\x7f' | tojson }}",
         True,
     ),
     "string_iteration": (

@@ -2666,7 +2666,8 @@ fn write_json(
     Ok(())
 }
 
-/// A JSON string literal as Python's `json.dumps` writes it.
+/// A JSON string literal as Python's `json.dumps` writes it (with `ensure_ascii`, every
+/// character outside ` `..`~`, DEL included, as `\\u` escapes; surrogate pairs above U+FFFF).
 pub fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
     for c in s.chars() {
@@ -2681,7 +2682,7 @@ pub fn write_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
             c if u32::from(c) < 0x20 => {
                 let _ = write!(out, "\\u{:04x}", u32::from(c));
             }
-            c if ensure_ascii && !c.is_ascii() => {
+            c if ensure_ascii && (c == '\u{7f}' || !c.is_ascii()) => {
                 let mut buf = [0u16; 2];
                 for unit in c.encode_utf16(&mut buf) {
                     let _ = write!(out, "\\u{unit:04x}");
@@ -2833,6 +2834,18 @@ mod tests {
             .as_deref(),
             Ok(r#"{"b":"<\u00e9>","a":[1,null]}"#)
         );
+    }
+
+    #[test]
+    fn json_strings_escape_as_json_dumps() {
+        // json.dumps("\x7f\x1f\\\"é😀\u2028") and the same with ensure_ascii=False
+        let text = "\u{7f}\u{1f}\\\"é😀\u{2028}";
+        let mut ascii = String::new();
+        write_json_str(&mut ascii, text, true);
+        assert_eq!(ascii, r#""\u007f\u001f\\\"\u00e9\ud83d\ude00\u2028""#);
+        let mut utf8 = String::new();
+        write_json_str(&mut utf8, text, false);
+        assert_eq!(utf8, "\"\u{7f}\\u001f\\\\\\\"é😀\u{2028}\"");
     }
 
     #[test]

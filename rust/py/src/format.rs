@@ -30,35 +30,6 @@ pub(crate) fn join_plain(items: &Bound<'_, PyList>) -> PyResult<String> {
     Ok(promptweave_core::join_plain(&items.items()))
 }
 
-/// `json.dumps(text)` with its defaults (`ensure_ascii=True`): the quoted string, with `"` and
-/// the backslash escaped, the short escapes of backspace, form feed, newline, carriage return and
-/// tab, and every other character outside the printable ASCII range as a `u` escape of four
-/// lowercase hex digits (a UTF-16 surrogate pair above U+FFFF).
-fn push_json_str(out: &mut String, text: &str) {
-    use std::fmt::Write as _;
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    // writing to a String cannot fail
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-        }
-    }
-    out.push('"');
-}
-
 /// `str(PromptList)`: the string items and the dict items' `prompt` values, concatenated (with
 /// `json_prompts`, as AISBench does, each prompt as `json.dumps` writes it). Items of other
 /// types (str or dict subclasses included), a `prompt` that is not an exact `str` and text
@@ -82,7 +53,7 @@ pub(crate) fn concat_prompts<'py>(
                     .map_err(|_| unsupported("a prompt that is not a str"))?;
                 let prompt = prompt.to_str().map_err(utf8)?;
                 if json_prompts {
-                    push_json_str(&mut out, prompt);
+                    promptweave_core::chat::write_json_str(&mut out, prompt, true);
                 } else {
                     out.push_str(prompt);
                 }
