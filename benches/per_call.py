@@ -27,18 +27,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import conftest  # noqa: E402
+from bench_render import CHATML_META as CHATML  # noqa: E402
 
-CHATML = {
-    "round": [
-        {"role": "HUMAN", "begin": "<|im_start|>user\n", "end": "<|im_end|>\n"},
-        {
-            "role": "BOT",
-            "begin": "<|im_start|>assistant\n",
-            "end": "<|im_end|>\n",
-            "generate": True,
-        },
-    ]
-}
 API_META = {
     "round": [
         {"role": "HUMAN", "api_role": "HUMAN"},

@@ -90,14 +90,21 @@ def test_installed_method_equals_the_class_method_and_the_reference(
         ours.parse_template(_prompt(M), "GEN")
 
 
+@pytest.mark.parametrize(
+    ("fw", "cls", "meta"),
+    [("oc", "LMTemplateParser", META), ("ais", "APITemplateParser", API_META)],
+    ids=["lm-oc", "api-ais"],
+)
 def test_installed_method_stays_in_rust_and_follows_force_python(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fw: str, cls: str, meta: Any
 ) -> None:
-    M = promptweave.opencompass
-    parser = M.LMTemplateParser(META)
+    M = OURS[fw]
+    parser = getattr(M, cls)(meta)
     want = type(parser).parse_template(parser, _prompt(M), "gen")
     fallbacks = _backend.fallbacks
-    assert parser.parse_template(_prompt(M), mode="gen") == want
+    got = parser.parse_template(_prompt(M), mode="gen")
+    assert got == want
+    assert type(got) is type(want)
     assert _backend.fallbacks == fallbacks
     # switched after the parser was built: the pure-Python path renders (and is counted)
     monkeypatch.setattr(_backend, "FORCE_PYTHON", True)
@@ -212,20 +219,6 @@ def test_api_installed_method_equals_the_class_method_and_the_reference(
                 assert got[0] == "error", (prompt, mode, got, want)
     with pytest.raises(ValueError, match="mode"):
         ours.parse_template(_prompt(M), "GEN")
-
-
-def test_api_installed_method_stays_in_rust(monkeypatch: pytest.MonkeyPatch) -> None:
-    M = promptweave.aisbench
-    parser = M.APITemplateParser(API_META)
-    want = type(parser).parse_template(parser, _prompt(M), "gen")
-    fallbacks = _backend.fallbacks
-    got = parser.parse_template(_prompt(M), mode="gen")
-    assert got == want
-    assert type(got) is M.PromptList
-    assert _backend.fallbacks == fallbacks
-    monkeypatch.setattr(_backend, "FORCE_PYTHON", True)
-    assert parser.parse_template(_prompt(M), mode="gen") == want
-    assert _backend.fallbacks == fallbacks + 1
 
 
 def test_api_subclass_override_is_kept() -> None:

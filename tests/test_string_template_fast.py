@@ -81,6 +81,15 @@ def _outcome(fn: Any) -> tuple[str, Any]:
         return "error", type(exc)
 
 
+def _assert_like_reference(got: tuple[str, Any], want: tuple[str, Any], context: Any) -> None:
+    """The reference's value, or (the policy) an exception of its builtin type or a subclass."""
+    if want[0] == "ok":
+        assert got == want, context
+    else:
+        assert got[0] == "error", (context, got, want)
+        assert issubclass(got[1], want[1]), (context, got, want)
+
+
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 @pytest.mark.parametrize("template", [TEMPLATE, STRAY_BRACES], ids=["plain", "stray-braces"])
 @pytest.mark.parametrize(
@@ -110,12 +119,7 @@ def test_rows_equal_the_reference(
                 dict(row), output_field=output_field, output_field_replace_token=token
             )
         )
-        if want[0] == "ok":
-            assert got == want, row
-        else:
-            # the policy: an exception of the reference's builtin type (or a subclass)
-            assert got[0] == "error", row
-            assert issubclass(got[1], want[1]), (row, got, want)
+        _assert_like_reference(got, want, row)
 
 
 def test_plain_rows_stay_in_rust_and_reentrant_values_work(reference: dict[str, Any]) -> None:
@@ -178,28 +182,16 @@ def test_installed_methods_equal_the_class_methods(reference: dict[str, Any], fw
                 got = _outcome(partial(ours.generate_item, *args, **kw))
                 assert got == _outcome(partial(cls.generate_item, ours, *args, **kw))
                 want = _outcome(partial(ref.generate_item, *ref_args, **kw))
-                if want[0] == "ok":
-                    assert got == want, (row, args, kw)
-                else:
-                    assert got[0] == "error", (row, args, kw)
-                    assert issubclass(got[1], want[1]), (row, got, want)
+                _assert_like_reference(got, want, (row, args, kw))
             got = _outcome(partial(ours.generate_ice_item, row, "A"))
             want = _outcome(partial(ref.generate_ice_item, row, "A"))
-            if want[0] == "ok":
-                assert got == want, row
-            else:
-                assert got[0] == "error", row
-                assert issubclass(got[1], want[1]), (row, got, want)
+            _assert_like_reference(got, want, row)
             for args in ((row, ice, "A"), (row, ice, "A", True), (row, ice, "A", None)):
                 ref_args = tuple(ref_ice if a is ice and ice_token else a for a in args)
                 got = _outcome(partial(ours.generate_label_prompt_item, *args))
                 assert got == _outcome(partial(cls.generate_label_prompt_item, ours, *args))
                 want = _outcome(partial(ref.generate_label_prompt_item, *ref_args))
-                if want[0] == "ok":
-                    assert got == want, (row, args)
-                else:
-                    assert got[0] == "error", (row, args)
-                    assert issubclass(got[1], want[1]), (row, got, want)
+                _assert_like_reference(got, want, (row, args))
         # a mapping that is not a dict, and everything under FORCE_PYTHON: the Python methods
         fallbacks = _backend.fallbacks
         proxy = type("Row", (dict,), {})(question="p", answer="x")
@@ -251,11 +243,7 @@ def test_attributes_set_after_construction_are_rendered(reference: dict[str, Any
             lambda t: t.generate_label_prompt_item(dict(row), "[ICE]", "A"),
         ):
             got, want = _outcome(lambda c=call: c(ours)), _outcome(lambda c=call: c(ref))
-            if want[0] == "ok":
-                assert got == want, (name, value)
-            else:
-                assert got[0] == "error", (name, value, got, want)
-                assert issubclass(got[1], want[1]), (name, value, got, want)
+            _assert_like_reference(got, want, (name, value))
     import copy
     import pickle
 
@@ -306,11 +294,7 @@ def test_installed_label_prompt_method_on_label_templates(
             got = _outcome(partial(ours.generate_label_prompt_item, *args))
             assert got == _outcome(partial(cls.generate_label_prompt_item, ours, *args))
             want = _outcome(partial(ref.generate_label_prompt_item, *args))
-            if want[0] == "ok":
-                assert got == want, (label, tail)
-            else:
-                assert got[0] == "error", (label, tail)
-                assert issubclass(got[1], want[1]), (label, got, want)
+            _assert_like_reference(got, want, (label, tail))
     truthy = Truthy()
     kept = ours.generate_label_prompt_item(row, "", "A", remain_sep=truthy)
     assert kept == ref.generate_label_prompt_item(row, "", "A", remain_sep=True)
