@@ -35,14 +35,23 @@ def safe_format(input_str: str, **kwargs: Any) -> str:
     Sequential whole-string ``str.replace`` (spec 01 §1): text inserted for one key is scanned
     by every later key, placeholders of missing keys stay untouched, ``{{`` is not an escape.
     """
-    if kwargs and type(input_str) is str and not _backend.FORCE_PYTHON:
+    result: str = format_entry(input_str, kwargs)
+    return result
+
+
+def format_entry(text: Any, entry: dict[str, Any]) -> Any:
+    """``safe_format(text, **entry)``: in the Rust core when it can take the input, else the
+    exact Python path (a non-str key or text, lone surrogates). With no key the reference
+    returns its input unchanged (the same object)."""
+    if not entry:
+        return text
+    if type(text) is str and not _backend.FORCE_PYTHON:
         try:
-            return _core.safe_format(input_str, kwargs)
+            return _core.safe_format(text, entry)
         except (_core.FallbackRequired, UnicodeEncodeError):
-            pass  # a non-str key, lone surrogates: the exact Python path
-    if kwargs:
-        _backend.note_fallback()
-    return _fallback.safe_format(input_str, kwargs)
+            pass
+    _backend.note_fallback()
+    return _fallback.safe_format(text, entry)
 
 
 def _type_name(obj: object) -> str:

@@ -25,8 +25,9 @@ import copy
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from promptweave import _backend, _core, _fallback
+from promptweave import _fallback
 from promptweave.errors import PromptTypeError, TemplateError, make_error
+from promptweave.prompt import format_entry
 
 __all__ = ["RawPromptTemplate"]
 
@@ -230,13 +231,5 @@ class _Row:
             )
 
     def format(self, content: str) -> str:
-        kwargs = self.kwargs
-        if not kwargs:
-            return content  # no key: the reference returns its input unchanged (same object)
-        if not _backend.FORCE_PYTHON:
-            try:
-                return _core.safe_format(content, kwargs)
-            except (_core.FallbackRequired, UnicodeEncodeError):
-                pass  # lone surrogates, str() results Rust cannot hold: the exact Python path
-        _backend.note_fallback()
-        return _fallback.safe_format(content, kwargs)
+        result: str = format_entry(content, self.kwargs)
+        return result
