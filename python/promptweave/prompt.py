@@ -177,30 +177,7 @@ class PromptList(list[Any]):
             try:
                 return _core.concat_prompts(self, ais)
             except _core.FallbackRequired:
-                pass  # other item or prompt types, lone surrogates: the walk below
-        # the reference's walk; anything it cannot join is walked again by _str_checked, which
-        # names the item at fault
-        parts: list[str] = []
-        append, dumps = parts.append, json.dumps
-        try:
-            for item in self:
-                if isinstance(item, str):
-                    append(item)
-                elif isinstance(item, dict):
-                    if "prompt" in item:
-                        append(dumps(item["prompt"]) if ais else item["prompt"])
-                else:
-                    break
-            else:
-                return "".join(parts)
-        except (TypeError, ValueError):
-            pass
-        return self._str_checked()
-
-    def _str_checked(self) -> str:
-        """``str()`` item by item, raising an error that names the item that cannot be joined."""
-        cls = type(self)
-        ais = cls._flavor == AISBENCH
+                pass  # other item or prompt types, lone surrogates: the checks below
         parts: list[Any] = []
         for i, item in enumerate(self):
             if isinstance(item, str):
