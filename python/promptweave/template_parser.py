@@ -51,7 +51,18 @@ class _BaseParser:
         self._install_fast_methods()
 
     def _install_fast_methods(self) -> None:
-        """Overridden where a parser takes a Rust method as its own."""
+        """Make a Rust method this instance's ``parse_template``, so that a per-row call goes
+        straight into Rust, without a Python frame: it returns a ``str`` prompt as it is and
+        renders a ``PromptList`` of this flavour with the compiled meta template, as the class
+        method does (API: not OpenCompass raw messages, and not when a text item is ignored,
+        which the class method warns about), and hands everything else to the class method. A
+        subclass that overrides ``parse_template`` keeps its override."""
+        self.__dict__.pop("parse_template", None)
+        parser_class = APITemplateParser if self._api else LMTemplateParser
+        if getattr(type(self), "parse_template", None) is parser_class.parse_template:
+            self.__dict__["parse_template"] = _core.ParseMethod(
+                self, self._compiled, self._prompt_list, self._flavor if self._api else None
+            ).parse_template
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled meta template (and a Rust method installed on the instance) are made
@@ -166,18 +177,6 @@ class LMTemplateParser(_BaseParser):
             ``end``, ``eos_token_id``) or ``None``.
     """
 
-    def _install_fast_methods(self) -> None:
-        """Make a Rust method this instance's ``parse_template``, so that a per-row call goes
-        straight into Rust, without a Python frame: it returns a ``str`` prompt as it is and
-        renders a ``PromptList`` of this flavour with the compiled meta template, as the
-        shortcut below does, and hands everything else to the method below. A subclass that
-        overrides ``parse_template`` keeps its override."""
-        self.__dict__.pop("parse_template", None)
-        if type(self).parse_template is LMTemplateParser.parse_template:
-            self.parse_template = _core.ParseMethod(  # type: ignore[method-assign]
-                self, self._compiled, self._prompt_list
-            ).parse_template
-
     def parse_template(self, prompt_template: Any, mode: str) -> Any:
         """Render a str / PromptList (or a list/tuple of them) for ``mode`` 'gen' or 'ppl'."""
         if mode == "gen" or mode == "ppl":
@@ -221,17 +220,6 @@ class APITemplateParser(_BaseParser):
     """
 
     _api = True
-
-    def _install_fast_methods(self) -> None:
-        """Make a Rust method this instance's ``parse_template`` (as ``LMTemplateParser``
-        does): it returns a ``str`` prompt as it is and renders a ``PromptList`` of this
-        flavour that is not raw messages with the compiled meta template, as the method below
-        does when no text item is ignored, and hands everything else to the method below."""
-        self.__dict__.pop("parse_template", None)
-        if type(self).parse_template is APITemplateParser.parse_template:
-            self.parse_template = _core.ParseMethod(  # type: ignore[method-assign]
-                self, self._compiled, self._prompt_list, self._flavor
-            ).parse_template
 
     def _is_raw_messages(self, prompt: Any) -> bool:
         if self._flavor != OPENCOMPASS or not isinstance(prompt, list) or not prompt:
