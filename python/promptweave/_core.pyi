@@ -33,7 +33,7 @@ def concat_prompts(items: list[Any], json_prompts: bool = False) -> str:
     """``str(PromptList)``: str items and dict items' ``prompt`` (``json_prompts``: each as
     ``json.dumps`` writes it, as AISBench does), concatenated."""
 
-def format_prompt_list(items: list[Any], entry: dict[str, Any], single_pass: bool) -> list[Any]:
+def format_prompt_list(items: list[Any], entry: dict[str, Any]) -> list[Any]:
     """``PromptList.format(**entry)`` for plain items and values, as a list of the new items."""
 
 def join_plain(items: list[Any]) -> str:

@@ -81,7 +81,7 @@ class PromptList(list[Any]):
         """
         if not _backend.FORCE_PYTHON:
             try:
-                return type(self)(_core.format_prompt_list(self, kwargs, False))
+                return type(self)(_core.format_prompt_list(self, kwargs))
             except (_core.FallbackRequired, UnicodeEncodeError):
                 pass  # other item or value types, lone surrogates: the exact Python path
         return _fallback.format_prompt_list(self, kwargs, type(self))

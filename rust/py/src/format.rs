@@ -65,18 +65,16 @@ pub(crate) fn concat_prompts<'py>(
     Ok(PyString::new(py, &out))
 }
 
-/// `PromptList.format(**entry)`: string items and dict items' `prompt` substituted (sequential
-/// semantics, or one scan with `single_pass`), dict items copied, as a list of the new items.
-/// Only the plain case is taken here: entry values of immutable types with a fixed `str()`
-/// (so that reading them all up front changes nothing), items that are exact `str`s or exact
-/// `dict`s of `str` keys and such values (a copy is then the reference's deep copy) with a
-/// `str` prompt;
+/// `PromptList.format(**entry)`: string items and dict items' `prompt` substituted with the
+/// reference's sequential semantics, dict items copied, as a list of the new items. Only the
+/// plain case is taken here: entry values of immutable types with a fixed `str()` (so that
+/// reading them all up front changes nothing), items that are exact `str`s or exact `dict`s of
+/// `str` keys and such values (a copy is then the reference's deep copy) with a `str` prompt;
 /// anything else goes to the Python method.
 #[pyfunction]
 pub(crate) fn format_prompt_list<'py>(
     items: &Bound<'py, PyList>,
     entry: &Bound<'py, PyDict>,
-    single_pass: bool,
 ) -> PyResult<Bound<'py, PyList>> {
     let py = items.py();
     if !entry.values().iter().all(|v| is_plain_value(&v)) {
@@ -91,35 +89,35 @@ pub(crate) fn format_prompt_list<'py>(
         let source = text
             .to_str()
             .map_err(|_| unsupported("text that is not valid UTF-8"))?;
-        let out = if single_pass {
-            promptweave_core::single_pass_format(source, &entries)
-        } else {
-            promptweave_core::safe_format(source, &entries)
-        };
-        Ok(match out {
+        Ok(match promptweave_core::safe_format(source, &entries) {
             std::borrow::Cow::Borrowed(_) => text.clone(),
             std::borrow::Cow::Owned(s) => PyString::new(py, &s),
         })
     };
+    let key = intern!(py, "prompt");
     let out = PyList::empty(py);
     for item in items.iter() {
         if let Ok(text) = item.cast_exact::<PyString>() {
             out.append(fill(text)?)?;
         } else if let Ok(d) = item.cast_exact::<PyDict>() {
             // str keys and plain values: a copy is the reference's deep copy
+            let mut prompt = None;
             for (k, v) in d.iter() {
                 if !k.is_exact_instance_of::<PyString>() || !is_plain_value(&v) {
                     return Err(unsupported(
                         "a dict item with a key or value of another type",
                     ));
                 }
+                if k.is(key) || k.cast::<PyString>()?.to_str().is_ok_and(|k| k == "prompt") {
+                    let text = v
+                        .cast_into_exact::<PyString>()
+                        .map_err(|_| unsupported("a prompt that is not a str"))?;
+                    prompt = Some(fill(&text)?);
+                }
             }
             let copy = d.copy()?;
-            if let Some(prompt) = d.get_item(intern!(py, "prompt"))? {
-                let prompt = prompt
-                    .cast_exact::<PyString>()
-                    .map_err(|_| unsupported("a prompt that is not a str"))?;
-                copy.set_item(intern!(py, "prompt"), fill(prompt)?)?;
+            if let Some(prompt) = prompt {
+                copy.set_item(key, prompt)?;
             }
             out.append(copy)?;
         } else {
