@@ -324,3 +324,79 @@ def test_raw_batch_input_str_row_raises_as_row_by_row() -> None:
             renderer.render(test)
     finally:
         _backend.FORCE_PYTHON = False
+
+
+# --------------------------------------------------------------------------- label-dict ICE
+
+
+def _label_ice_renderer(labels: Any, fix: list[int]) -> pw.DatasetRenderer:
+    a, b = labels
+    infer = {
+        "ice_template": {"template": {a: "{q} -> A", b: "{q} -> B"}},
+        "prompt_template": {
+            "template": {a: "</E>{q} -> A", b: "</E>{q} -> B"},
+            "ice_token": "</E>",
+        },
+        "retriever": {"type": "FixKRetriever", "fix_id_list": fix},
+        "inferencer": {"type": "PPLInferencer"},
+    }
+    return pw.DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"})
+
+
+@pytest.mark.parametrize(
+    ("labels", "answers"),
+    [
+        (("A", "B"), ["C", "A"]),  # an answer that is no label
+        ((0, 1), ["1", "0"]),  # int label keys, answers read as str (a CSV file)
+        (("A", "B"), [["A"], "A"]),  # an unhashable answer
+    ],
+)
+def test_label_ice_example_with_unknown_label_raises_as_reference(
+    reference: dict[str, Any], labels: Any, answers: list[Any]
+) -> None:
+    """The reference's ``generate_ice_item`` looks the example's answer up in the label dict:
+    an answer that is no label raises (KeyError/TypeError). The Rust job must not render it with
+    some other label's body."""
+    rows = [{"q": f"q{i}", "a": a} for i, a in enumerate(answers)]
+    R = reference["oc"]
+    a, b = labels
+    ice_t = R.PromptTemplate({a: "{q} -> A", b: "{q} -> B"})
+    with pytest.raises((KeyError, TypeError)) as want:
+        ice_t.generate_ice_item(rows[0], rows[0]["a"])
+    renderer = _label_ice_renderer(labels, [0, 1])
+    for force in (False, True):
+        _backend.FORCE_PYTHON = force
+        try:
+            with pytest.raises(want.type) as got:
+                renderer.render(rows)
+        finally:
+            _backend.FORCE_PYTHON = False
+        assert "train row 0" in "\n".join(getattr(got.value, "__notes__", []))
+
+
+def test_label_ice_examples_with_known_labels_stay_in_rust() -> None:
+    rows = [{"q": "x", "a": 1}, {"q": "y", "a": 0}, {"q": "z", "a": 1}]
+    fast, slow, rust_rows = both(_label_ice_renderer((0, 1), [0, 1]), rows)
+    assert fast == slow
+    assert rust_rows == len(rows)
+    assert fast[2] == {0: "x -> B\ny -> A\nz -> A", 1: "x -> B\ny -> A\nz -> B"}
+
+
+@pytest.mark.parametrize("key", ["ice_separator", "ice_eos_token"])
+def test_lone_surrogate_separator_renders_as_row_by_row(key: str) -> None:
+    """A retriever separator the core cannot take as UTF-8 sends the job to the Python path,
+    which renders what the reference renders (the surrogate kept)."""
+    infer = {
+        "ice_template": {"template": "{q} {a}"},
+        "prompt_template": {"template": "</E>{q}", "ice_token": "</E>"},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [0, 1], key: "\ud800"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    rows = [{"q": "q0", "a": "A"}, {"q": "q1", "a": "B"}]
+    renderer = pw.DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"})
+    fast, slow, _ = both(renderer, rows)
+    want = {
+        "ice_separator": ["q0 A\ud800q1 B\nq0", "q0 A\ud800q1 B\nq1"],
+        "ice_eos_token": ["q0 A\nq1 B\ud800q0", "q0 A\nq1 B\ud800q1"],
+    }[key]
+    assert fast == slow == want

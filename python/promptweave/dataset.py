@@ -1129,6 +1129,8 @@ class DatasetRenderer:
         if meta and parser._compiled is None:
             return None
         ice_labels = self._ice_labels(train, indices)
+        if ice_labels is None:
+            return None  # the row-by-row path raises the reference's error for that example
         ppl_labels = None
         if labels is not None:
             ppl_labels = [t._label_index(label) for label in labels]
@@ -1159,13 +1161,20 @@ class DatasetRenderer:
                 self._m.PromptList if self.api and meta else None,
                 self.threads,
             )
-        except (_core.FallbackRequired, OverflowError, TypeError):
+        except (_core.FallbackRequired, OverflowError, TypeError, UnicodeEncodeError):
+            # (a lone surrogate in a separator cannot reach the core as UTF-8: the Python path)
             return None
         finally:
             if gc_was_enabled:
                 gc.enable()
 
-    def _ice_labels(self, train: list[dict[str, Any]], indices: list[list[int]]) -> list[int]:
+    def _ice_labels(
+        self, train: list[dict[str, Any]], indices: list[list[int]]
+    ) -> list[int] | None:
+        """Per train row, the label-dict ``ice_template``'s body index for the row's answer
+        (rows no example uses: 0). ``None`` when an example's answer is not one of the
+        template's labels (or it has no answer column): the reference's ``generate_ice_item``
+        raises for it, and so does the row-by-row path."""
         it = self.ice_template
         if it is None or not it._labels or not indices:
             return []
@@ -1173,10 +1182,14 @@ class DatasetRenderer:
         col = self.output_column
         out = [0] * len(train)
         for i in used:
-            if not 0 <= i < len(train) or col is None:
+            if not 0 <= i < len(train):
                 continue
-            label = it._label_index(train[i].get(col))
-            out[i] = label if label is not None else 0
+            if col is None or col not in train[i]:
+                return None
+            label = it._label_index(train[i][col])
+            if label is None:
+                return None
+            out[i] = label
         return out
 
     def _render_one(

@@ -914,7 +914,11 @@ class _RetrieverCore:
         items = []
         for idx in idx_list:
             row = self._train_row(idx)
-            items.append(ice_template.generate_ice_item(row, self._answer(row, idx)))
+            try:
+                items.append(ice_template.generate_ice_item(row, self._answer(row, idx)))
+            except PromptRenderError as exc:
+                exc.add_note(f"while rendering the in-context example of train row {idx!r}")
+                raise
         if items and isinstance(items[0], PromptList):
             # The reference's exact accumulation: `[] += PromptList` makes the accumulator a
             # PromptList (PromptList.__radd__), a falsy separator adds nothing, a non-empty one is
