@@ -235,6 +235,41 @@ def test_output_file_permissions_are_the_usual_ones(work: Path) -> None:
     assert (work / "out.jsonl").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_out_through_a_symlink_replaces_its_target_and_keeps_the_link(work: Path) -> None:
+    (work / "real").mkdir()
+    target = work / "real" / "prompts.jsonl"
+    target.write_text("old\n", "utf-8")
+    (work / "link.jsonl").symlink_to(Path("real") / "prompts.jsonl")
+    ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--out", "link.jsonl")
+    assert (work / "link.jsonl").is_symlink()
+    want = ok(work, "render", "string_cfg.py", "--data", "test.jsonl").stdout
+    assert target.read_text("utf-8") == want
+    assert not [n for n in listing(work / "real") if n.endswith(".tmp")]
+    # a dangling link: the file it names is created
+    target.unlink()
+    ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--out", "link.jsonl")
+    assert (work / "link.jsonl").is_symlink()
+    assert target.read_text("utf-8") == want
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")
+def test_out_to_a_named_pipe_writes_into_it(work: Path) -> None:
+    """A FIFO (or a device, or ``-o >(gzip > x.gz)``) is written to, as ``> PATH`` would, not
+    replaced by a regular file."""
+    import threading
+
+    fifo = work / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--out", "pipe")
+    reader.join(timeout=60)
+    assert fifo.is_fifo()
+    want = ok(work, "render", "string_cfg.py", "--data", "test.jsonl").stdout
+    assert got == [want.encode("utf-8")]
+
+
 def test_render_without_train_draws_examples_from_the_test_rows(work: Path) -> None:
     proc = ok(work, "render", "dialogue_cfg.py", "--data", "test.jsonl", "--model", "model.py")
     recs = records(proc.stdout)

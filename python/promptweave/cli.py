@@ -19,6 +19,7 @@ import hashlib
 import importlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -987,9 +988,23 @@ def _write_records(result: Any, out: str | None, progress: _Progress | None = No
             raise click.exceptions.Exit(1) from None
         return
     path = Path(out)
-    if path.is_dir():
+    try:
+        st: os.stat_result | None = path.stat()  # of what a symlink points to
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise CliError(f"--out {out}: is a directory")
     try:
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            # a pipe, a device (/dev/null, /dev/stdout, `-o >(gzip > x.gz)`): written to, as
+            # `> PATH` would; it cannot be replaced atomically (nor should it be replaced)
+            with open(path, "wb") as stream:
+                for record in _records(result, update):
+                    stream.write(_json_line(record))
+            return
+        if path.is_symlink():
+            # replace the file the link points to; the link stays
+            path = Path(os.path.realpath(path))
         with atomic_output(path) as f:
             for record in _records(result, update):
                 f.write(_json_line(record))
