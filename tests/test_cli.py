@@ -830,6 +830,8 @@ def test_meta_template_file_json_and_py(work: Path) -> None:
     expected = ok(work, *args, "--model", "model.py").stdout
     assert ok(work, *args, "--meta-template", "meta.json").stdout == expected
     assert ok(work, *args, "--meta-template", "meta.py").stdout == expected
+    # a model config: its model's meta template (as OpenCompass's model configs hold it)
+    assert ok(work, *args, "--meta-template", "model.py").stdout == expected
 
 
 def test_model_in_the_dataset_config_is_used(work: Path) -> None:

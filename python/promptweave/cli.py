@@ -431,9 +431,9 @@ def _read_meta_template(path: str) -> Any:
         if "meta_template" in cfg:
             return cfg["meta_template"]
         found = _first_model(cfg, path, required=False)
-        if found is None:
-            raise CliError(f"{path}: defines no meta_template (and no model config)")
-        return found[0]
+        if found is not None:  # a model config: its model's meta template, as --model
+            return found[0].get("meta_template")
+        raise CliError(f"{path}: defines no meta_template (and no model config)")
     try:
         value = json.loads(p.read_bytes().decode("utf-8-sig"))
     except OSError as exc:
