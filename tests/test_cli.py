@@ -931,6 +931,42 @@ def test_malformed_json_file(work: Path) -> None:
     assert "expected a list of rows" in fails(work, "render", "string_cfg.py", "--data", "num.json")
 
 
+def test_json_beyond_python_limits_is_a_one_line_error(work: Path) -> None:
+    """An integer literal past Python's int-string digit limit, or a meta template nested too
+    deeply: the file (and line) named, no traceback."""
+    big = "9" * 5000
+    good = json.dumps(ROWS[0])
+    (work / "big.jsonl").write_text(f'{good}\n{{"question": {big}}}\n', "utf-8")
+    err = fails(work, "render", "string_cfg.py", "--data", "big.jsonl")
+    assert err.startswith("error: big.jsonl:2: cannot read the JSON: ")
+    (work / "big.json").write_text(f'[{{"question": {big}}}]', "utf-8")
+    assert fails(work, "render", "string_cfg.py", "--data", "big.json").startswith(
+        "error: big.json: cannot read the JSON: "
+    )
+    (work / "idx.json").write_text(f"[[0], [{big}]]", "utf-8")
+    args = ["render", "dialogue_cfg.py", "--data", "test.jsonl", "--train", "train.jsonl"]
+    assert fails(work, *args, "--ice-indices", "idx.json").startswith(
+        "error: idx.json: cannot read the JSON: "
+    )
+    (work / "big_meta.json").write_text(f'{{"round": [{{"role": "HUMAN", "begin": {big}}}]}}')
+    assert fails(work, *args, "--meta-template", "big_meta.json").startswith(
+        "error: big_meta.json: cannot read the JSON: "
+    )
+    (work / "deep.json").write_text("[" * 100_000 + "]" * 100_000, "utf-8")
+    assert fails(work, *args, "--meta-template", "deep.json") == (
+        "error: deep.json: invalid JSON: nested too deeply"
+    )
+
+
+def test_csv_fields_longer_than_the_csv_module_default(work: Path) -> None:
+    """Python's csv module refuses fields over 131,072 characters by default; pandas and
+    HuggingFace datasets read them."""
+    long = "x" * 200_000
+    (work / "long.csv").write_text(f"question,A,B,answer\n{long},1,2,A\n", "utf-8")
+    rec = records(ok(work, "render", "string_cfg.py", "--data", "long.csv").stdout)[0]
+    assert rec["prompt"] == f"Q: {long}\nA: "
+
+
 def test_csv_row_with_wrong_field_count(work: Path) -> None:
     (work / "bad.csv").write_text("question,A,B,answer\nq,1,2,A\nq,1\n", "utf-8")
     err = fails(work, "render", "string_cfg.py", "--data", "bad.csv")

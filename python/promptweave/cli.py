@@ -184,6 +184,9 @@ def _json_loads(text: str, name: str, lineno: int | None = None) -> Any:
     except RecursionError as exc:
         where = name if lineno is None else f"{name}:{lineno}"
         raise CliError(f"{where}: invalid JSON: nested too deeply") from exc
+    except ValueError as exc:  # an integer literal beyond Python's int-string digit limit
+        where = name if lineno is None else f"{name}:{lineno}"
+        raise CliError(f"{where}: cannot read the JSON: {exc}") from exc
 
 
 def _read_json(p: Path, name: str) -> list[Row]:
@@ -219,6 +222,9 @@ def _read_csv(
     columns: Sequence[str] | None = None,
 ) -> list[Row]:
     rows: list[Row] = []
+    # no field is too long (the csv module refuses fields over 128 Ki characters by default;
+    # pandas and HuggingFace datasets read them)
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with p.open(encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter=delimiter)
         try:
@@ -435,15 +441,12 @@ def _read_meta_template(path: str) -> Any:
             return found[0].get("meta_template")
         raise CliError(f"{path}: defines no meta_template (and no model config)")
     try:
-        value = json.loads(p.read_bytes().decode("utf-8-sig"))
+        text = p.read_bytes().decode("utf-8-sig")
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise CliError(f"{path}: not UTF-8 text ({exc.reason})") from exc
-    except json.JSONDecodeError as exc:
-        raise CliError(
-            f"{path}:{exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-        ) from exc
+    value = _json_loads(text, path)
     if isinstance(value, dict) and "meta_template" in value and "round" not in value:
         value = value["meta_template"]  # a model config written as JSON
     if value is not None and not isinstance(value, dict):
