@@ -229,3 +229,40 @@ def test_api_subclass_override_is_kept() -> None:
     parser = Tagged(API_META)
     assert "parse_template" not in parser.__dict__
     assert parser.parse_template("abc", mode="gen") == ("tagged", "abc")
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("cls_name", ["LMTemplateParser", "APITemplateParser"])
+def test_meta_template_or_roles_replaced_after_construction(
+    reference: dict[str, Any], fw: str, cls_name: str
+) -> None:
+    """The reference reads ``self.meta_template`` and ``self.roles`` on every call: replacing
+    either after construction changes what later calls render (the compiled form must not
+    outlive them)."""
+    meta = API_META if cls_name == "APITemplateParser" else META
+    other = {
+        "round": [
+            {"role": "HUMAN", "begin": "<U>", "end": "</U>\n", "api_role": "HUMAN"},
+            {"role": "BOT", "begin": "<A>", "end": "</A>\n", "generate": True, "api_role": "BOT"},
+        ],
+        "begin": "MB",
+        "end": "ME",
+    }
+
+    def steps(M: Any) -> list[str]:
+        parser = getattr(M, cls_name)(copy.deepcopy(meta))
+        out = []
+        for mode in ("gen", "ppl"):
+            out.append(repr(parser.parse_template(_prompt(M), mode)))
+        parser.roles = {k: {**v, "begin": "[" + str(k) + "]"} for k, v in parser.roles.items()}
+        out.append(repr(parser.parse_template(_prompt(M), "ppl")))
+        parser.meta_template = copy.deepcopy(other)
+        out.append(repr(parser.parse_template(_prompt(M), "gen")))
+        parser.meta_template = None
+        for mode in ("gen", "ppl"):
+            out.append(repr(parser.parse_template(_prompt(M), mode)))
+        return out
+
+    want = steps(reference[fw])
+    assert steps(OURS[fw]) == want
+    assert len(set(want)) > 2  # the replacements changed the output

@@ -64,6 +64,14 @@ class _BaseParser:
                 self, self._compiled, self._prompt_list, self._flavor if self._api else None
             ).parse_template
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in ("meta_template", "roles") and "_compiled" in self.__dict__:
+            # The reference reads both on every call; one replaced after construction is read
+            # the same way by the Python path (the compiled form was made from the old one).
+            object.__setattr__(self, "_compiled", None)
+            self._install_fast_methods()
+
     def __getstate__(self) -> dict[str, Any]:
         # the compiled meta template (and a Rust method installed on the instance) are made
         # anew from the meta template, as the constructor makes them
