@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 from promptweave._flavor import AISBENCH
 from promptweave.errors import (
@@ -482,13 +482,25 @@ def generate_item(
             and isinstance(ice, (str, _prompt_list_base()))
         ):
             ice = ice.replace(t.sep_token, "")  # compat removes the sep token from the ICE too
+        entry = _masked_copy(entry, output_field, output_field_replace_token)
         kwargs = _masked(entry, output_field, output_field_replace_token)
         return _sp_render(t, enc, kwargs, ice, sep_pre=None, sep_post=t.sep_token)
     if t.ice_token is not None:
         enc = _insert_ice(enc, t.ice_token, ice_field_replace_token)
     if t.sep_token is not None:
         enc = enc.replace(t.sep_token, "")
+    entry = _masked_copy(entry, output_field, output_field_replace_token)
     return _render(t, enc, _masked(entry, output_field, output_field_replace_token))
+
+
+def _masked_copy(entry: Mapping[str, Any], output_field: Any, token: Any) -> Mapping[str, Any]:
+    """The reference's ``entry = copy.deepcopy(entry); entry[output_field] = token`` (its
+    errors, and the values the template then ``str()``s, are the copy's)."""
+    if output_field is None:
+        return entry
+    copied = copy.deepcopy(entry)
+    copied[output_field] = token  # type: ignore[index]
+    return cast("Mapping[str, Any]", copied)
 
 
 def _masked(entry: Mapping[str, Any], output_field: Any, token: Any) -> dict[str, Any]:

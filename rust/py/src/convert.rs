@@ -2,13 +2,50 @@
 
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::{intern, sync::PyOnceLock};
 
 use promptweave_core::{Entries, Item, Marker, Origin, Pos, RoleItem, RoleSpecItem, Section};
 use std::borrow::Cow;
 
 use crate::errors::unsupported;
+
+/// Whether `str(value)` cannot fail and runs no Python code (so calling it once, or not at
+/// all, is as good as calling it as often as the reference does): an exact `str`, `bool`,
+/// `float`, `None`, an exact `int` of at most 64 bits (a longer one may exceed Python's digit
+/// limit), or an exact `list`, `tuple` or `dict` of such values, nested a few levels at most.
+pub(crate) fn str_is_pure(value: &Bound<'_, PyAny>) -> bool {
+    pure_at(value, 0)
+}
+
+fn pure_at(value: &Bound<'_, PyAny>, depth: usize) -> bool {
+    const MAX_DEPTH: usize = 8;
+    if value.is_exact_instance_of::<PyString>()
+        || value.is_none()
+        || value.is_exact_instance_of::<PyBool>()
+        || value.is_exact_instance_of::<PyFloat>()
+    {
+        return true;
+    }
+    if value.is_exact_instance_of::<PyInt>() {
+        return value.extract::<i64>().is_ok();
+    }
+    if depth >= MAX_DEPTH {
+        return false;
+    }
+    if let Ok(list) = value.cast_exact::<PyList>() {
+        return list.iter().all(|v| pure_at(&v, depth + 1));
+    }
+    if let Ok(tuple) = value.cast_exact::<PyTuple>() {
+        return tuple.iter().all(|v| pure_at(&v, depth + 1));
+    }
+    if let Ok(dict) = value.cast_exact::<PyDict>() {
+        return dict
+            .iter()
+            .all(|(k, v)| pure_at(&k, depth + 1) && pure_at(&v, depth + 1));
+    }
+    false
+}
 
 /// `str(x)` of a row value, borrowed from Python where it already is an exact `str`.
 pub(crate) fn py_str(value: &Bound<'_, PyAny>) -> PyResult<PyBackedStr> {
@@ -39,22 +76,43 @@ impl RowStrings {
         Ok(Self { pairs, mask: None })
     }
 
+    /// The row for a template that formats several items with it, the output column `field`
+    /// (if any) masked by `value` (`str()`ed). The reference `str()`s the values once per
+    /// formatted item, and never the masked column's own value (it replaces it in its copy of
+    /// the row first): read once here, which is the same only for values whose `str()` is pure
+    /// ([`str_is_pure`]); a row with another value goes to the pure-Python path.
+    pub(crate) fn for_items(
+        row: &Bound<'_, PyDict>,
+        mask: Option<(&Bound<'_, PyAny>, &Bound<'_, PyAny>)>,
+    ) -> PyResult<Self> {
+        let mask = match mask {
+            Some((field, _)) if !field.is_exact_instance_of::<PyString>() => {
+                return Err(unsupported("output column that is not a str"));
+            }
+            Some((field, value)) => Some((py_str(field)?, py_str(value)?)),
+            None => None,
+        };
+        let mut pairs = Vec::with_capacity(row.len());
+        for (k, v) in row.iter() {
+            if !k.is_exact_instance_of::<PyString>() {
+                return Err(unsupported("row key that is not a str"));
+            }
+            let k = py_str(&k)?;
+            let v = match &mask {
+                Some((field, value)) if *k == **field => value.clone_ref(row.py()),
+                _ if !str_is_pure(&v) => {
+                    return Err(unsupported("row value whose str() may fail or run code"));
+                }
+                _ => py_str(&v)?,
+            };
+            pairs.push((k, v));
+        }
+        Ok(Self { pairs, mask })
+    }
+
     /// Whether the row has the column `name`.
     pub(crate) fn has_key(&self, name: &str) -> bool {
         self.pairs.iter().any(|(k, _)| &**k == name)
-    }
-
-    /// Mask the output column: `row[key] = str(value)` on a copy of the row.
-    pub(crate) fn mask(
-        &mut self,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        if !key.is_exact_instance_of::<PyString>() {
-            return Err(unsupported("output column that is not a str"));
-        }
-        self.mask = Some((py_str(key)?, py_str(value)?));
-        Ok(())
     }
 
     pub(crate) fn entries(&self) -> Entries<'_> {

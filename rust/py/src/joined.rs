@@ -7,6 +7,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString};
 
+use crate::convert::str_is_pure;
+
 use promptweave_core::format::{fast_condition, has_brace as brace_in};
 
 /// The `str()` of a value as a Python string object (the value itself when it is a `str`).
@@ -250,8 +252,12 @@ impl JoinedTemplate {
                     }
                     slot
                 };
-            if let Some(v) = slot.and_then(|s| values.get_mut(s)) {
-                *v = Some(value);
+            match slot.and_then(|s| values.get_mut(s)) {
+                Some(v) => *v = Some(value),
+                // the reference `str()`s every value of the row, used or not: one whose `str()`
+                // could fail or run code is left to the full renderer, which does the same
+                None if !str_is_pure(&value) => return Ok(false),
+                None => {}
             }
         }
         Ok(true)
@@ -288,9 +294,12 @@ impl JoinedTemplate {
                 (_, Some(v)) => {
                     if let Ok(v) = v.cast_exact::<PyString>() {
                         v
-                    } else {
+                    } else if str_is_pure(v) {
                         made = v.str()?;
                         &made
+                    } else {
+                        // the reference `str()`s a deep copy of it when masking: the full path
+                        return Ok(None);
                     }
                 }
                 (_, None) => {

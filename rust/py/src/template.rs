@@ -395,7 +395,7 @@ impl PyCompiledTemplate {
     ) -> PyResult<Bound<'py, PyAny>> {
         let entry = exact_dict(entry)?;
         let label = self.label_index(label)?;
-        let row = RowStrings::from_dict(entry)?;
+        let row = RowStrings::for_items(entry, None)?;
         self.with_ice(ice, &row, WithIce::Label { label, remain_sep })
     }
 
@@ -415,10 +415,8 @@ impl PyCompiledTemplate {
                 return Ok(out);
             }
         }
-        let mut row = RowStrings::from_dict(entry)?;
-        if let Some(field) = output_field {
-            row.mask(field, output_field_replace_token)?;
-        }
+        let mask = output_field.map(|field| (field, output_field_replace_token));
+        let row = RowStrings::for_items(entry, mask)?;
         self.with_ice(ice, &row, WithIce::Item)
     }
 }
@@ -459,7 +457,7 @@ impl PyCompiledTemplate {
         entry: &Bound<'py, PyDict>,
         label: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let row = RowStrings::from_dict(entry)?;
+        let row = RowStrings::for_items(entry, None)?;
         let out = self
             .inner
             .ice_item(&row.entries(), label)
