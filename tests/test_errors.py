@@ -445,3 +445,48 @@ def test_error_site_pickles(site: str, fw: str) -> None:
         assert isinstance(back, base), f"{site}: unpickled error is not a {base.__name__}"
     assert str(back) == str(err)
     assert (back.path, back.error_code) == (err.path, err.error_code)
+
+
+_BUILTIN_FAMILIES = (TypeError, AssertionError, KeyError, ValueError, IndexError, AttributeError)
+
+
+def _families(exc: BaseException) -> set[type[BaseException]]:
+    return {f for f in _BUILTIN_FAMILIES if isinstance(exc, f)}
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+@pytest.mark.parametrize("cls_name", ["LMTemplateParser", "APITemplateParser"])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        ["round"],  # `'round' in meta` passes, then indexing with 'round' fails
+        "around",
+        5,
+        {"begin": "x"},
+        {"round": "x"},
+        {"round": [{"norole": 1}], "reserved_roles": "x"},  # the list check comes first
+        {"round": [{"norole": 1}]},
+        {"round": [1]},
+        {"round": [{"role": "A"}, {"role": "A"}]},
+    ],
+    ids=repr,
+)
+def test_malformed_meta_template_raises_the_reference_family(
+    reference: dict[str, Any], fw: str, cls_name: str, meta: Any
+) -> None:
+    """The constructor raises an exception of the reference's built-in family (where the
+    reference raises one of its own classes, any exception will do)."""
+    ours = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}[fw]
+    want = _raised(lambda: getattr(reference[fw], cls_name)(meta))
+    got = _raised(lambda: getattr(ours, cls_name)(meta))
+    expected = _families(want)
+    if expected:
+        assert expected <= _families(got), (type(want), type(got).__mro__)
+
+
+def _raised(fn: Any) -> BaseException:
+    try:
+        fn()
+    except Exception as exc:  # any exception: its family is what is compared
+        return exc
+    raise AssertionError("no exception raised")

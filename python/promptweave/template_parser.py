@@ -101,7 +101,22 @@ class _BaseParser:
                     "meta_template",
                 )
             return
-        if not isinstance(meta, dict) or "round" not in meta:
+        if not isinstance(meta, dict):
+            # the reference asserts `'round' in meta_template`, then indexes it with 'round':
+            # a str or list that passes the test (or a value `in` refuses) is a TypeError
+            try:
+                passes = "round" in meta
+            except TypeError:
+                passes = True
+            raise self._meta_error(
+                f"the meta template must be a dict with 'round', currently is {meta!r}"
+                if passes
+                else f"round is required in meta template, currently is {meta}",
+                TypeError if passes else AssertionError,
+                "MODEL-PARAM-004",
+                "meta_template",
+            )
+        if "round" not in meta:
             raise self._meta_error(
                 f"round is required in meta template, currently is {meta}",
                 AssertionError,
@@ -111,6 +126,7 @@ class _BaseParser:
         keys = ["round"]
         if "reserved_roles" in meta:
             keys.append("reserved_roles")
+        # both are checked to be lists before any role is read, as the reference does
         for key in keys:
             if not isinstance(meta[key], list):
                 raise self._meta_error(
@@ -119,6 +135,7 @@ class _BaseParser:
                     "MODEL-TYPE-004",
                     f"meta_template[{key!r}]",
                 )
+        for key in keys:
             for i, item in enumerate(meta[key]):
                 self._add_role(key, i, item)
 
