@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from promptweave._flavor import AISBENCH
 from promptweave.errors import (
@@ -500,7 +500,7 @@ def _masked_copy(entry: Mapping[str, Any], output_field: Any, token: Any) -> Map
         return entry
     copied = copy.deepcopy(entry)
     copied[output_field] = token  # type: ignore[index]
-    return cast("Mapping[str, Any]", copied)
+    return copied
 
 
 def _masked(entry: Mapping[str, Any], output_field: Any, token: Any) -> dict[str, Any]:

@@ -917,7 +917,8 @@ class _RetrieverCore:
             try:
                 items.append(ice_template.generate_ice_item(row, self._answer(row, idx)))
             except PromptRenderError as exc:
-                exc.add_note(f"while rendering the in-context example of train row {idx!r}")
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"while rendering the in-context example of train row {idx!r}")
                 raise
         if items and isinstance(items[0], PromptList):
             # The reference's exact accumulation: `[] += PromptList` makes the accumulator a
