@@ -38,7 +38,13 @@ import _golden_ns  # noqa: E402
 
 import promptweave  # noqa: E402
 from promptweave import aisbench, opencompass, retrievers  # noqa: E402
-from promptweave.errors import PromptRenderError, PromptTypeError, RetrieverError  # noqa: E402
+from promptweave._flavor import AISBENCH, OPENCOMPASS  # noqa: E402
+from promptweave.errors import (  # noqa: E402
+    PromptRenderError,
+    PromptTypeError,
+    RetrieverError,
+    SameSplitWarning,
+)
 from promptweave.retrievers import Dataset, random_indices  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -488,7 +494,11 @@ RANGES = st.one_of(
     n=st.integers(1, 3),
     train_range=RANGES,
     test_range=RANGES,
-    names=st.sampled_from([("train", "test"), ("dev", "validation")]),
+    # ('dev', 'train'), ('train', 'train'): the reader reads the test split from its 'train'
+    # split after replacing that by the kept train rows
+    names=st.sampled_from(
+        [("train", "test"), ("dev", "validation"), ("dev", "train"), ("train", "train")]
+    ),
 )
 def test_from_loaded_matches_base_dataset(
     reference: dict[str, Any],
@@ -506,8 +516,9 @@ def test_from_loaded_matches_base_dataset(
     m = reference[fw]
     test = [{"q": f"q{i}", "a": "x"} for i in range(n_test)]
     train = None if n_train is None else [{"q": f"t{i}", "a": "y"} for i in range(n_train)]
-    if train is None and names != ("train", "test"):
-        names = ("train", "test")  # one loaded split: the reader names its two copies so
+    if train is None:
+        # one loaded split: the reader names its two copies 'train' and 'test'
+        names = ("train", names[1] if names[1] == "train" else "test")
     if not test or (train is not None and not train):
         return  # HF cannot type an empty split without columns
     reader = {"input_columns": ["q"], "output_column": "a"}
@@ -520,21 +531,37 @@ def test_from_loaded_matches_base_dataset(
     except TypeError:
         want = TypeError  # a float range that is not a fraction: the reference cannot slice
     try:
-        ours = FLAVORS[fw].Dataset.from_loaded(
-            test,
-            train,
-            abbr="ds",
-            n=n,
-            train_range=train_range,
-            test_range=test_range,
-            train_split=names[0],
-            test_split=names[1],
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SameSplitWarning)  # ('train', 'train')
+            ours = FLAVORS[fw].Dataset.from_loaded(
+                test,
+                train,
+                abbr="ds",
+                n=n,
+                train_range=train_range,
+                test_range=test_range,
+                train_split=names[0],
+                test_split=names[1],
+            )
     except TypeError:
         assert want is TypeError
         return
     assert (repr(ours.test), repr(ours.train)) == want
-    assert [test[i]["q"] for i in ours.test_indices] == [r["q"] for r in ours.test]
+    # positions in the rows the test rows were read from: the train rows when the test split
+    # is the reader's replaced 'train' split (and the loaded data has two splits)
+    aliased = names[1] == "train" and train is not None and names[0] != names[1]
+    source = train if aliased else test
+    assert source is not None
+    assert [source[i]["q"] for i in ours.test_indices] == [r["q"] for r in ours.test]
+    assert len(ours.test) == promptweave.retrievers.prepared_test_size(
+        len(test),
+        n=n,
+        test_range=test_range,
+        flavor=OPENCOMPASS if fw == "oc" else AISBENCH,
+        test_split=names[1],
+        train_total=None if train is None or names[0] == names[1] else len(train),
+        train_range=train_range,
+    )
 
 
 @SETTINGS

@@ -350,7 +350,18 @@ class _Job:
         r = self.renderer
         n = len(self.test)
         if self.loaded:
-            n = prepared_test_size(n, n=r.n, test_range=r.test_range, flavor=r.flavor)
+            n = prepared_test_size(
+                n,
+                n=r.n,
+                test_range=r.test_range,
+                flavor=r.flavor,
+                test_split=r.test_split,
+                # one split (no --train, or the reader reads both from one): None
+                train_total=(
+                    len(self.train) if self.own_train and r.train_split != r.test_split else None
+                ),
+                train_range=r.train_range,
+            )
         return n if limit is None else min(limit, n)
 
     def describe_rows(self) -> str:

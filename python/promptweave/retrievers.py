@@ -260,10 +260,14 @@ def prepare_loaded(
       (``f'{abbr}_{split}'``) and ``idx`` (the position in the kept rows), then each row is
       repeated ``n`` times in place (``a, a, b, b``).
 
+    Both: the reader replaces its ``'train'`` split by the kept train rows before it reads the
+    test split, so a ``test_split`` named ``'train'`` takes the test rows from those (the rows
+    of ``train_split``, after ``train_range``), not from ``test``.
+
     Returns ``(test rows, train rows, test positions)``: the positions are those of the test
-    rows in ``test``. Rows are new dicts (a column already named ``subdivision`` or ``idx`` is
-    overwritten in its place, as ``datasets.Dataset.map`` does); a repeated row is the same
-    dict object each time.
+    rows in ``test`` (in ``train`` when the test rows come from there). Rows are new dicts (a
+    column already named ``subdivision`` or ``idx`` is overwritten in its place, as
+    ``datasets.Dataset.map`` does); a repeated row is the same dict object each time.
     """
     if isinstance(n, bool) or not isinstance(n, int):
         raise make_error(
@@ -298,17 +302,28 @@ def prepare_loaded(
             name = f"{abbr}_{split}"
         return [{**row, "subdivision": name, "idx": i} for i, row in enumerate(rows)]
 
+    # The reader replaces its 'train' split by the kept train rows before it reads the test
+    # split: a test split named 'train' is read from those (spec 04 §1).
+    aliased = test_split == "train"
     if flavor == OPENCOMPASS:
-        positions = list(range(len(test_rows))) * n
+        test_positions = list(range(len(test_rows))) * n
+        train_positions = test_positions if single else list(range(len(train_rows))) * n
         test_rows = columns(test_rows, "test")
         train_rows = test_rows if single else columns(train_rows, "train")
         test_rows, train_rows = test_rows * n, train_rows * n
-        train_rows, _ = _keep(train_rows, train_range, "train", flavor)
+        train_rows, train_kept = _keep(train_rows, train_range, "train", flavor)
+        if aliased:
+            test_rows = train_rows
+            test_positions = _select(train_positions, train_kept)
         test_rows, kept = _keep(test_rows, test_range, "test", flavor)
-        return test_rows, train_rows, positions if kept is None else [positions[i] for i in kept]
-    train_rows, _ = _keep(train_rows, train_range, "train", flavor)
+        return test_rows, train_rows, _select(test_positions, kept)
+    train_positions = list(range(len(train_rows)))
+    train_rows, train_kept = _keep(train_rows, train_range, "train", flavor)
+    test_positions = list(range(len(test_rows)))
+    if aliased:
+        test_rows, test_positions = train_rows, _select(train_positions, train_kept)
     test_rows, kept = _keep(test_rows, test_range, "test", flavor)
-    positions = list(range(len(test_rows))) if kept is None else kept
+    positions = _select(test_positions, kept)
     test_rows, train_rows = columns(test_rows, "test"), columns(train_rows, "train")
     return (
         [row for row in test_rows for _ in range(n)],
@@ -317,10 +332,29 @@ def prepare_loaded(
     )
 
 
+def _select(positions: list[int], kept: list[int] | None) -> list[int]:
+    return positions if kept is None else [positions[i] for i in kept]
+
+
 def prepared_test_size(
-    total: int, *, n: int = 1, test_range: Any = None, flavor: str = OPENCOMPASS
+    total: int,
+    *,
+    n: int = 1,
+    test_range: Any = None,
+    flavor: str = OPENCOMPASS,
+    test_split: str = "test",
+    train_total: int | None = None,
+    train_range: Any = None,
 ) -> int:
-    """How many test rows :func:`prepare_loaded` gives for ``total`` loaded test rows."""
+    """How many test rows :func:`prepare_loaded` gives for ``total`` loaded test rows
+    (``train_total``: the loaded train rows, ``None`` for one split)."""
+    if test_split == "train":  # read from the kept train rows
+        total = total if train_total is None else train_total
+        if flavor == OPENCOMPASS:
+            total = len(partial_indices(total * n, train_range, "train", flavor))
+            return len(partial_indices(total, test_range, "test", flavor))
+        total = len(partial_indices(total, train_range, "train", flavor))
+        return len(partial_indices(total, test_range, "test", flavor)) * n
     if flavor == OPENCOMPASS:
         return len(partial_indices(total * n, test_range, "test", flavor))
     return len(partial_indices(total, test_range, "test", flavor)) * n
