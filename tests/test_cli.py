@@ -866,6 +866,32 @@ def test_json_object_of_columns(work: Path) -> None:
     assert _render_data(work, "test.json") == _expected_plain(work)
 
 
+def test_loaded_rows_are_a_table_as_the_json_loader_makes_one(work: Path) -> None:
+    """A JSONL row lacking a column other rows have: HuggingFace's JSON loader (which the
+    reference's dataset loads with) gives it None there, and orders every row's columns by
+    first appearance; --rows-as-given keeps the rows as they are."""
+    (work / "cfg.py").write_text(
+        STRING_CFG.replace("'Q: {question}\\nA: {answer}'", "'Q: {question} C: {c}'"),
+        "utf-8",
+    )
+    rows = [
+        {"question": "one", "c": "C1", "answer": "A"},
+        {"answer": "B", "question": "two"},
+        {"answer": "C", "question": "{c}", "c": "3"},
+    ]
+    write_jsonl(work / "t.jsonl", rows)
+    proc = ok(work, "render", "cfg.py", "--data", "t.jsonl")
+    assert [r["prompt"] for r in records(proc.stdout)] == [
+        "Q: one C: C1",
+        "Q: two C: None",
+        "Q: 3 C: 3",  # question before c: the order-dependent substitution of the table's order
+    ]
+    assert "missing" not in proc.stderr
+    given = ok(work, "render", "cfg.py", "--data", "t.jsonl", "--rows-as-given")
+    assert [r["prompt"] for r in records(given.stdout)][1] == "Q: two C: {c}"
+    assert "column 'c' missing in 1 row" in given.stderr
+
+
 def test_csv_and_tsv(work: Path) -> None:
     for name, delimiter in (("test.csv", ","), ("test.tsv", "\t")):
         with (work / name).open("w", encoding="utf-8", newline="") as f:
@@ -1004,11 +1030,22 @@ def test_missing_column_warns_and_keeps_the_placeholder(work: Path) -> None:
     rows = [dict(r) for r in ROWS]
     del rows[1]["question"], rows[3]["question"]
     write_jsonl(work / "holes.jsonl", rows)
-    proc = ok(work, "render", "string_cfg.py", "--data", "holes.jsonl")
+    args = ["render", "string_cfg.py", "--data", "holes.jsonl"]
+    proc = ok(work, *args, "--rows-as-given")
     assert "warning: column 'question' missing in 2 rows (left as '{question}')" in proc.stderr
     recs = records(proc.stdout)
     assert recs[1]["prompt"] == "Q: {question}\nA: "
     assert recs[0]["prompt"] == f"Q: {ROWS[0]['question']}\nA: "
+    # as loaded data (the default) the file is a table: the column is None in those rows
+    loaded = ok(work, *args)
+    assert "missing" not in loaded.stderr
+    assert records(loaded.stdout)[1]["prompt"] == "Q: None\nA: "
+    # a column no row has stays missing
+    for r in rows:
+        r.pop("question", None)
+    write_jsonl(work / "holes.jsonl", rows)
+    proc = ok(work, *args)
+    assert "warning: column 'question' missing in 4 rows (left as '{question}')" in proc.stderr
 
 
 def test_missing_column_strict_is_an_error_and_writes_nothing(work: Path) -> None:
@@ -1017,6 +1054,7 @@ def test_missing_column_strict_is_an_error_and_writes_nothing(work: Path) -> Non
     write_jsonl(work / "holes.jsonl", rows)
     before = listing(work)
     args = ["render", "dialogue_cfg.py", "--data", "holes.jsonl", "--model", "model.py"]
+    args.append("--rows-as-given")  # (as loaded data, the column would be None in that row)
     err = fails(work, *args, "--strict", "--out", "out.jsonl")
     assert "row 2" in err
     assert "'A'" in err

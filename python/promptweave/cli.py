@@ -214,6 +214,22 @@ def _read_json(p: Path, name: str) -> list[Row]:
     )
 
 
+def uniform_columns(rows: list[Row]) -> list[Row]:
+    """The rows as a table with one set of columns, as a dataset loaded by HuggingFace's JSON
+    loader has them: every column any row has, in the order they first appear, a row's missing
+    values ``None`` (rows that already share their columns, in one order, are kept as they
+    are)."""
+    if not rows:
+        return rows
+    first = list(rows[0])
+    if all(list(row) == first for row in rows):
+        return rows
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    return [{name: row.get(name) for name in names} for row in rows]
+
+
 def _read_csv(
     p: Path,
     name: str,
@@ -738,6 +754,10 @@ def _prepare(
     train_rows = None
     if train is not None:
         train_rows = read_rows(train, phase(f"reading {train}") if phase else None, names)
+    if not rows_as_given:
+        # loaded data is a table, as HuggingFace's JSON loader makes one of the file
+        test_rows = uniform_columns(test_rows)
+        train_rows = uniform_columns(train_rows) if train_rows is not None else None
     tok = _load_tokenizer(tokenizer) if tokenizer is not None else None
     chat = None
     if chat_template is not None:
@@ -1335,7 +1355,8 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--rows-as-given",
             is_flag=True,
             help="Use the rows of --data / --train as they are. By default they are taken as "
-            "the dataset's loaded data and prepared as the reference's BaseDataset and "
+            "the dataset's loaded data: a table (a column some rows lack is None there, as "
+            "HuggingFace's JSON loader makes it), prepared as the reference's BaseDataset and "
             "DatasetReader do: subdivision/idx columns, the dataset's n repetitions, "
             "reader_cfg's train_range / test_range.",
         ),
@@ -1343,7 +1364,8 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--strict",
             is_flag=True,
             help="A column the template uses but a row lacks is an error (default: a warning; "
-            "the placeholder stays, as in the reference).",
+            "the placeholder stays, as in the reference). In loaded data (the default) only a "
+            "column no row has can be missing.",
         ),
         click.option(
             "--tokenizer",
