@@ -176,6 +176,24 @@ def test_non_sequence_and_non_str_fields() -> None:
     assert isinstance(info.value, PromptRenderError)
 
 
+@pytest.mark.parametrize("cot", [False, True])
+def test_the_first_bad_example_decides_the_error(cot: bool) -> None:
+    """prompt-lib concatenates example by example, reading each field as it goes: a non-str
+    field of an earlier example raises (TypeError) before a later example that is not an
+    ``Example`` at all (AttributeError) is read, and the other way round."""
+    good_then_bad: list[Any] = [Example("What is 2+2?", 4, "2 and 2"), {"question": "q"}]
+    order = random.Random(1).sample(good_then_bad, 2)
+    assert isinstance(order[0], Example)  # seed 1 keeps the Example first
+    with pytest.raises(TypeError):
+        make_prompt(good_then_bad, PromptConfig(), 2, 1, cot)
+    # a non-Example first: its missing attribute is met first
+    with pytest.raises(AttributeError):
+        make_prompt(good_then_bad[::-1], PromptConfig(), 2, 1, cot)
+    # within an example, the question is read (and concatenated) before the answer
+    with pytest.raises(TypeError):
+        make_prompt([SimpleNamespace(question=1)], PromptConfig(), 1, 0, cot)  # type: ignore[list-item]
+
+
 def test_exported() -> None:
     assert promptweave.promptlib.make_prompt is make_prompt
 

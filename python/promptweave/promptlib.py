@@ -96,17 +96,27 @@ def make_prompt(
         return prompt_examples.prompt_str
     chosen = _sample(prompt_examples, num_prompt_examples, seed)
     cfg = prompt_config
-    parts: list[Any] = []
+
+    def text(*parts: Any) -> str:
+        return join_text(
+            parts,
+            lambda bad: f"make_prompt concatenates str fields; got {type(bad).__name__} {bad!r}",
+        )
+
+    # Example by example, each field read where the reference reads it: an error is the one
+    # the reference's concatenation meets first (a bad field before a malformed later example).
+    pieces: list[str] = []
     for ex in chosen:
-        parts += (cfg.question_prefix, ex.question, cfg.intra_example_sep, cfg.answer_prefix)
+        pieces.append(text(cfg.question_prefix, ex.question, cfg.intra_example_sep))
         if is_cot_prompt:
-            parts += (ex.thought, " ")
-        parts += (cfg.final_answer_prefix, ex.answer, cfg.intra_example_sep)
-        parts.append(cfg.inter_example_sep)
-    return join_text(
-        parts,
-        lambda bad: f"make_prompt concatenates str fields; got {type(bad).__name__} {bad!r}",
-    )
+            pieces.append(text(cfg.answer_prefix, ex.thought, " "))
+            pieces.append(text(cfg.final_answer_prefix, ex.answer, cfg.intra_example_sep))
+        else:
+            pieces.append(
+                text(cfg.answer_prefix, cfg.final_answer_prefix, ex.answer, cfg.intra_example_sep)
+            )
+        pieces.append(text(cfg.inter_example_sep))
+    return "".join(pieces)
 
 
 def _sample(population: Any, num: Any, seed: Any) -> list[Any]:
