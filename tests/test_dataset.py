@@ -401,3 +401,20 @@ def test_lone_surrogate_separator_renders_as_row_by_row(key: str) -> None:
         "ice_eos_token": ["q0 A\nq1 B\ud800q0", "q0 A\nq1 B\ud800q1"],
     }[key]
     assert fast == slow == want
+
+
+def test_value_whose_str_fails_renders_as_row_by_row() -> None:
+    """An int past Python's digit limit: unused by the template, the reference's safe_format
+    still str()s it (ValueError); as the masked answer of a test row it is never str()ed (the
+    prompt renders)."""
+    infer = {
+        "prompt_template": {"template": "Q: {q}\nA: {a}"},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    renderer = pw.DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"})
+    huge = 10**5000
+    with pytest.raises(ValueError, match="digits"):
+        renderer.render([{"q": "x", "a": "A", "big": huge}])
+    fast, slow, _ = both(renderer, [{"q": "x", "a": huge}, {"q": "y", "a": "B"}])
+    assert fast == slow == ["Q: x\nA: ", "Q: y\nA: "]

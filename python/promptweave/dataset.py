@@ -35,7 +35,7 @@ from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.chat_models import chat_meta_template, convert_chat_messages, format_fastchat
 from promptweave.chat_template import ChatTemplate
 from promptweave.config import _type_name
-from promptweave.errors import ArgumentError, TemplateError, make_error
+from promptweave.errors import ArgumentError, PromptRenderError, TemplateError, make_error
 from promptweave.raw_prompt_template import flat_dict, immutable
 from promptweave.retrievers import partial_indices, prepare_loaded
 from promptweave.tokens import TokenCounter, api_token_len, as_token_counter
@@ -1163,6 +1163,13 @@ class DatasetRenderer:
             )
         except (_core.FallbackRequired, OverflowError, TypeError, UnicodeEncodeError):
             # (a lone surrogate in a separator cannot reach the core as UTF-8: the Python path)
+            return None
+        except ValueError as exc:
+            if isinstance(exc, PromptRenderError):
+                raise
+            # a value's own str() failed (an int past Python's digit limit): the job reads every
+            # value once, the reference only those it formats (never a masked answer): the
+            # Python path renders, or raises, as the reference does
             return None
         finally:
             if gc_was_enabled:
