@@ -165,7 +165,7 @@ pub(crate) fn render_mm_rows<'py>(
             match &spec.nested {
                 Some(inner) => {
                     let inner = inner.copy()?;
-                    inner.set_item("url", filled)?;
+                    inner.set_item(pyo3::intern!(py, "url"), filled)?;
                     d.set_item(&spec.field, inner)?;
                 }
                 None => d.set_item(&spec.field, filled)?,
