@@ -418,3 +418,115 @@ def test_value_whose_str_fails_renders_as_row_by_row() -> None:
         renderer.render([{"q": "x", "a": "A", "big": huge}])
     fast, slow, _ = both(renderer, [{"q": "x", "a": huge}, {"q": "y", "a": "B"}])
     assert fast == slow == ["Q: x\nA: ", "Q: y\nA: "]
+
+
+# --------------------------------------------------------------------------- PPL inferencers
+
+SEP_LABELS = {"A": "{question}<SEP> ->A", "B": "{question}<SEP> ->B"}
+
+
+def _ppl(template: Any, flavor: str = "opencompass", **kw: Any) -> pw.DatasetRenderer:
+    infer = {
+        "prompt_template": {"template": template, **kw},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "PPLInferencer"},
+    }
+    return pw.DatasetRenderer(
+        infer,
+        {"input_columns": ["question"], "output_column": "answer"},
+        flavor=flavor,
+        normalizing_str="NORM:",
+    )
+
+
+def test_normalizing_str_splits_each_label_prompt_at_the_sep_token() -> None:
+    """OpenCompass's PPLInferencer with normalizing_str scores ``context + answer`` (the
+    sep_token removed; its loss skips the context) and ``normalizing_str + answer``: the
+    reference's get_ppl_from_template inputs are ``['QQ ->A']`` with mask 2 and ``['NORM: ->A']``
+    with mask 5 (len of 'QQ' and 'NORM:')."""
+    rows = [{"question": "QQ", "answer": "A"}]
+    result = _ppl(SEP_LABELS, sep_token="<SEP>").render(rows)
+    assert result.prompts == [{"A": "QQ ->A", "B": "QQ ->B"}]
+    assert result.normalizing == [
+        {
+            "A": {"context": "QQ", "normalizing_prompt": "NORM: ->A"},
+            "B": {"context": "QQ", "normalizing_prompt": "NORM: ->B"},
+        }
+    ]
+    # AISBench's PPLInferencer takes normalizing_str and ignores it: the sep token is removed
+    ais = _ppl(SEP_LABELS, "aisbench", sep_token="<SEP>").render(rows)
+    assert ais.prompts == [{"A": "QQ ->A", "B": "QQ ->B"}]
+    assert ais.normalizing is None
+
+
+def test_normalizing_str_errors_as_reference() -> None:
+    rows = [{"question": "QQ", "answer": "A"}]
+    # a dialogue label prompt: the reference asserts the prompt is a str
+    dialogue = {
+        label: {"round": [{"role": "HUMAN", "prompt": f"{{question}}<SEP>\n{label}"}]}
+        for label in "AB"
+    }
+    with pytest.raises(AssertionError, match="must be a string"):
+        _ppl(dialogue, sep_token="<SEP>").render(rows)
+    # no sep_token: the reference's prompt.find(None) raises TypeError
+    with pytest.raises(TypeError, match="sep_token=None"):
+        _ppl(SEP_LABELS).render(rows)
+
+
+def test_ppl_only_inferencer_trims_by_the_gen_parse() -> None:
+    """PPLOnlyInferencer counts the 'gen' parse when dropping examples and scores the 'ppl'
+    parse (the reference keeps example 0 here: its gen parse is 30 characters, the ppl parse
+    34)."""
+    meta = {
+        "round": [
+            {"role": "HUMAN", "begin": "<H>", "end": "</H>"},
+            {"role": "BOT", "begin": "<B>", "end": "</B>", "generate": True},
+        ]
+    }
+    h = {"role": "HUMAN", "prompt": "{question}"}
+    b = {"role": "BOT", "prompt": "{answer}"}
+    infer = {
+        "ice_template": {"template": {"round": [h, b]}},
+        "prompt_template": {"template": {"begin": "</E>", "round": [h, b]}, "ice_token": "</E>"},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [0, 1, 2]},
+        "inferencer": {"type": "PPLOnlyInferencer"},
+    }
+    reader = {"input_columns": ["question"], "output_column": "answer"}
+    train = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(3)]
+    test = [{"question": "QQ", "answer": "AA"}]
+    renderer = pw.DatasetRenderer(infer, reader, meta, max_seq_len=30, token_counter=len)
+    result = renderer.render(test, train)
+    assert result.prompts == ["<H>q0</H><B>a0</B><H>QQ</H><B></B>"]
+    assert result.ice_indices == [[0]]
+
+
+def test_ppl_raw_messages_cannot_trim_by_max_seq_len() -> None:
+    """OpenCompass's PPLInferencer compares a message list's token counts (a list) with
+    max_seq_len: TypeError before any model call."""
+    infer = {
+        "ice_template": {
+            "type": "RawPromptTemplate",
+            "messages": [
+                {"role": "user", "content": "{question}"},
+                {"role": "assistant", "content": "{answer}"},
+            ],
+        },
+        "prompt_template": {
+            "type": "RawPromptTemplate",
+            "messages": [
+                {"role": "system", "content": "sys"},
+                "</E>",
+                {"role": "user", "content": "{question}"},
+            ],
+            "ice_token": "</E>",
+        },
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [0, 1]},
+        "inferencer": {"type": "PPLInferencer"},
+    }
+    reader = {"input_columns": ["question"], "output_column": "answer"}
+    train = [{"question": f"q{i}", "answer": "A"} for i in range(3)]
+    renderer = pw.DatasetRenderer(
+        infer, reader, api=True, max_seq_len=1000, token_counter=len, labels=["A", "B"]
+    )
+    with pytest.raises(TypeError, match="max_seq_len"):
+        renderer.render([{"question": "QQ", "answer": "A"}], train)

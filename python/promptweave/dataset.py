@@ -99,6 +99,12 @@ class RenderResult:
             :meth:`~DatasetRenderer.render`: ``range(len(prompts))`` for rows used as given; a
             list with ``loaded=True`` (the reader config's ``test_range`` selects rows and the
             dataset's ``n`` repeats them).
+        normalizing: with ``normalizing_str`` (OpenCompass ppl mode), per row, label ->
+            ``{'context', 'normalizing_prompt'}``: the prompt before the template's
+            ``sep_token`` (whose tokens the scored prompt's loss skips: ``mask_length``) and
+            ``normalizing_str`` + the answer after it (scored with ``normalizing_str``'s tokens
+            skipped), the second model input ``PPLInferencer`` scores per label; ``None``
+            otherwise.
     """
 
     prompts: list[Any]
@@ -110,6 +116,7 @@ class RenderResult:
     infer_mode: str | None = None
     messages: list[Any] | None = None
     test_indices: Sequence[int] = ()
+    normalizing: list[dict[Any, dict[str, str]]] | None = None
 
 
 class _Rendered(NamedTuple):
@@ -121,6 +128,8 @@ class _Rendered(NamedTuple):
     uniform: bool
     #: every test row is known to have every column the prompt template uses
     test_complete: bool = False
+    #: ``normalizing_str`` (OpenCompass ppl): per row, label -> its context and normalizing prompt
+    normalizing: list[dict[Any, dict[str, str]]] | None = None
 
 
 class _Job(NamedTuple):
@@ -691,7 +700,7 @@ class DatasetRenderer:
         labels = None
         if self.mode == "ppl":
             labels = self.labels if self.labels is not None else self._labels(test_rows)
-        prompts, used, rust_rows, uniform, test_complete = self._render_rows(
+        prompts, used, rust_rows, uniform, test_complete, rendered_normalizing = self._render_rows(
             _Job(test_rows, train_rows, indices, labels, retriever), progress
         )
         missing = self._missing_columns(
@@ -710,6 +719,7 @@ class DatasetRenderer:
             infer_mode=self.infer_mode,
             messages=messages,
             test_indices=test_indices,
+            normalizing=rendered_normalizing,
         )
 
     def _apply_chat_template(self, prompts: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -819,9 +829,30 @@ class DatasetRenderer:
 
     # ------------------------------------------------------------------ the two paths
     def _render_rows(self, job: _Job, progress: Callable[[int], None] | None) -> _Rendered:
+        if (
+            job.labels is not None
+            and self.max_seq_len is not None
+            and self.flavor == OPENCOMPASS
+            and getattr(self.template, "prompt_type", None) == "raw_messages"
+            and any(job.indices)
+        ):
+            # the token count of a message list is a list (one per message), which
+            # PPLInferencer compares with max_seq_len as it is
+            raise make_error(
+                ArgumentError,
+                "OpenCompass's PPLInferencer cannot trim the in-context examples of a "
+                "RawPromptTemplate by max_seq_len: it compares the messages' token counts (a "
+                "list) with max_seq_len and fails (TypeError); render without max_seq_len",
+                compat=TypeError,
+            )
         if self.flow == "chat":
             return self._render_chat_rows(job.test, progress)
-        if _backend.FORCE_PYTHON or (self.max_seq_len is not None and self.flow is not None):
+        if (
+            _backend.FORCE_PYTHON
+            or (self.max_seq_len is not None and self.flow is not None)
+            or self._normalizing
+        ):
+            # (normalizing_str splits each label's prompt before it is parsed: row by row)
             return self._render_rows_python(job, progress)
         if self.max_seq_len is None:
             return self._render_rows_fast(job, progress)
@@ -922,14 +953,18 @@ class DatasetRenderer:
         """Every row through the mirrored classes (:meth:`_render_one`)."""
         prompts: list[Any] = []
         used: list[list[int]] = []
+        normalizing: list[dict[Any, dict[str, str]]] | None = [] if self._normalizing else None
         for i, row in enumerate(job.test):
+            info: dict[Any, dict[str, str]] | None = {} if normalizing is not None else None
             with _row_note(i):
-                prompt, idx = self._render_one(row, job.retriever, job.indices[i], job.labels)
+                prompt, idx = self._render_one(row, job.retriever, job.indices[i], job.labels, info)
             prompts.append(prompt)
             used.append(idx)
+            if normalizing is not None and info is not None:
+                normalizing.append(info)
             if progress is not None:
                 progress(1)
-        return _Rendered(prompts, used, 0, False)
+        return _Rendered(prompts, used, 0, False, normalizing=normalizing)
 
     # ------------------------------------------------------------------ batch flows
     def _render_flow_batch(
@@ -1157,7 +1192,7 @@ class DatasetRenderer:
                 indices,
                 ppl_labels,
                 labels,
-                self.normalizing_str is not None,
+                self._normalizing,
                 self._m.PromptList if self.api and meta else None,
                 self.threads,
             )
@@ -1200,14 +1235,23 @@ class DatasetRenderer:
         return out
 
     def _render_one(
-        self, row: dict[str, Any], retriever: Any, idx: list[int], labels: list[Any] | None
+        self,
+        row: dict[str, Any],
+        retriever: Any,
+        idx: list[int],
+        labels: list[Any] | None,
+        normalizing: dict[Any, dict[str, str]] | None = None,
     ) -> tuple[Any, list[int]]:
         """One row through the mirrored classes: the retriever's ``generate_ice`` (spec 04 §3),
-        the template, the parser; ``max_seq_len`` trimming as OpenCompass's inferencers."""
+        the template, the parser; ``max_seq_len`` trimming as OpenCompass's inferencers.
+        ``normalizing`` (``normalizing_str``) receives each label's context and normalizing
+        prompt."""
         idx = list(idx)
         if labels is None:
 
-            def build(ids: list[int]) -> Any:
+            def build(ids: list[int]) -> tuple[Any, Any]:
+                """The model input and what the trimming counts: the inferencer's own parse
+                (PPLOnlyInferencer counts the 'gen' parse of what it scores in 'ppl' mode)."""
                 ice = retriever._generate_ice(ids, self.ice_template)
                 prompt = self.template.generate_item(
                     row,
@@ -1216,29 +1260,76 @@ class DatasetRenderer:
                     ice_field_replace_token=ice,
                 )
                 if self.flow == "multiturn":
-                    return self._multiturn_inputs(prompt)
-                return self.parser.parse_template(prompt, mode=self.parse_mode)
+                    inputs = self._multiturn_inputs(prompt)
+                    return inputs, inputs
+                out = self.parser.parse_template(prompt, mode=self.parse_mode)
+                if self.max_seq_len is None or self.parse_mode == self.mode:
+                    return out, out
+                return out, self.parser.parse_template(prompt, mode=self.mode)
 
-            out = build(idx)
-            while self.max_seq_len is not None and idx and self._count(out) > self.max_seq_len:
+            out, counted = build(idx)
+            while self.max_seq_len is not None and idx and self._count(counted) > self.max_seq_len:
                 idx = idx[:-1]
-                out = build(idx)
+                out, counted = build(idx)
             return out, idx
         result: dict[Any, Any] = {}
-        remain = self.normalizing_str is not None
+        remain = self._normalizing
         for label in labels:
             # OpenCompass trims in place: later labels start from the trimmed examples
-            def build_label(ids: list[int], label: Any = label) -> Any:
+            def build_label(ids: list[int], label: Any = label) -> tuple[Any, Any]:
                 ice = retriever._generate_ice(ids, self.ice_template)
                 prompt = self.template.generate_label_prompt_item(row, ice, label, remain)
-                return self.parser.parse_template(prompt, mode="ppl")
+                return prompt, self.parser.parse_template(prompt, mode="ppl")
 
-            out = build_label(idx)
+            prompt, out = build_label(idx)
             while self.max_seq_len is not None and idx and self._count(out) > self.max_seq_len:
                 idx = idx[:-1]
-                out = build_label(idx)
+                prompt, out = build_label(idx)
+            if remain:
+                scored, context, normalizing_prompt = self._split_at_sep(prompt)
+                out = self.parser.parse_template(scored, mode="ppl")
+                if normalizing is not None:
+                    normalizing[label] = {
+                        "context": context,
+                        "normalizing_prompt": normalizing_prompt,
+                    }
             result[label] = out
         return result, idx
+
+    @property
+    def _normalizing(self) -> bool:
+        """OpenCompass's ``PPLInferencer`` with ``normalizing_str`` (AISBench's takes the
+        argument and ignores it)."""
+        return (
+            self.normalizing_str is not None and self.flavor == OPENCOMPASS and self.mode == "ppl"
+        )
+
+    def _split_at_sep(self, prompt: Any) -> tuple[str, str, str]:
+        """OpenCompass ``PPLInferencer``'s ``normalizing_str`` step on a label prompt rendered
+        with its ``sep_token`` kept: the scored prompt (the first ``sep_token`` and every later
+        one removed), the context before it and ``normalizing_str`` + the answer after it."""
+        if not isinstance(prompt, str):
+            raise make_error(
+                TemplateError,
+                "Prompt must be a string when normalizing_str is set (a label prompt rendered to "
+                f"a {type(prompt).__name__})",
+                compat=AssertionError,
+            )
+        holder = self.prompt_template if self.prompt_template is not None else self.ice_template
+        sep = holder.sep_token if holder is not None else None
+        if not isinstance(sep, str):
+            raise make_error(
+                TemplateError,
+                "normalizing_str splits each label prompt at the template's sep_token, but "
+                f"{'prompt_template' if self.prompt_template is not None else 'ice_template'} "
+                f"has sep_token={sep!r}",
+                compat=TypeError,
+            )
+        pos = prompt.find(sep)
+        context = prompt[0:pos]
+        answer = prompt[pos:].replace(sep, "")
+        assert self.normalizing_str is not None
+        return context + answer, context, self.normalizing_str + answer
 
     def _multiturn_inputs(self, prompt: Any) -> list[Any]:
         """The model inputs of the requests ``MultiTurnGenInferencer`` sends for one row."""
