@@ -1174,3 +1174,30 @@ def test_jinja2_semantics(source: str, ref_tok: Any) -> None:
     ref = _reference(ref_tok, source, case)
     assert ref[0] == "ok", ref
     _assert_same(ref, chat_corpus.ours_outcome(source, case))
+
+
+def test_numpy_values_in_messages_like_transformers(ref_tok: Any) -> None:
+    """A decoded image (a numpy array) in a content part becomes the placeholder
+    ``"<ndarray>"``, as transformers makes it; a numpy scalar its Python value."""
+    np = pytest.importorskip("numpy", reason="numpy is not installed")
+    source = (
+        "{%- for m in messages %}{%- for part in m['content'] %}"
+        "[{{ part['type'] }}:{{ part.get('image', part.get('text')) }}"
+        "{{ ':flag' if part.get('flag') }}]{%- endfor %}{%- endfor %}"
+    )
+    case = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": np.zeros((2, 2, 3))},
+                    {"type": "image", "image": np.zeros((1,))},  # .item() would work here
+                    {"type": "text", "text": np.str_("hi"), "flag": np.bool_(False)},
+                    {"type": "text", "text": np.int64(3)},
+                ],
+            }
+        ],
+    }
+    ref = _reference(ref_tok, source, case)
+    assert ref == ("ok", "[image:<ndarray>][image:<ndarray>][text:hi][text:3]")
+    _assert_same(ref, chat_corpus.ours_outcome(source, case))

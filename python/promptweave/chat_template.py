@@ -35,6 +35,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -112,9 +113,10 @@ def _plain(value: Any) -> Any:
         return list(value)
     if isinstance(value, tuple):
         return tuple(value)
-    item = getattr(value, "item", None)
-    if type(value).__module__ == "numpy" and callable(item):
-        return item()
+    numpy = sys.modules.get("numpy")  # (no numpy object exists unless numpy was imported)
+    if numpy is not None and isinstance(value, numpy.generic):
+        # a numpy scalar; an array is not one: it becomes the placeholder "<ndarray>"
+        return value.item()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     dump = getattr(value, "model_dump", None)
