@@ -1201,3 +1201,34 @@ def test_numpy_values_in_messages_like_transformers(ref_tok: Any) -> None:
     ref = _reference(ref_tok, source, case)
     assert ref == ("ok", "[image:<ndarray>][image:<ndarray>][text:hi][text:3]")
     _assert_same(ref, chat_corpus.ours_outcome(source, case))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "c.splitlines()",
+        "''.splitlines()",
+        "'a\\n'.splitlines()",
+        "c.removeprefix('a')",
+        "c.removesuffix('d')",
+        "c.removeprefix('zz')",
+        "c.startswith('b', 2)",
+        "c.startswith('a', 0, 1)",
+        "c.startswith(('x', 'b'), 2)",
+        "c.startswith('', 99)",
+        "c.startswith('', 3, 2)",
+        "c.endswith('d', -1)",
+        "c.endswith('a', 0, 1)",
+        "c.endswith('é', 0, -1)",
+        "c.startswith('d', -1, None)",
+    ],
+)
+def test_python_string_methods_like_transformers(expr: str, ref_tok: Any) -> None:
+    """Python's ``str`` methods as Jinja2 (the sandbox) calls them: ``splitlines`` on every line
+    boundary Python knows, ``removeprefix``/``removesuffix``, and ``startswith``/``endswith``
+    with a range (code point positions, negative or ``None`` as in a slice, a tuple of
+    prefixes)."""
+    source = "{%- set c = messages[0]['content'] %}{{ " + expr + " }}"
+    content = "a\x1cb\x85c\u2028d\x0be\r\nf\x0cé\rd"
+    case = {"messages": [{"role": "user", "content": content}]}
+    _assert_same(_reference(ref_tok, source, case), chat_corpus.ours_outcome(source, case))

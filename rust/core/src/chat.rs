@@ -729,6 +729,82 @@ fn named_params<const N: usize>(
     Ok(params)
 }
 
+/// Python's `splitlines()` (every line boundary Python knows), `removeprefix`/`removesuffix`
+/// and `startswith`/`endswith` with a range (`None`: not one of them, or other arguments: the
+/// Python-compatibility layer takes those).
+fn py_line_and_affix_methods(s: &str, method: &str, args: &[Value]) -> Option<Value> {
+    match method {
+        "splitlines" if args.is_empty() => Some(Value::from(
+            py_splitlines(s)
+                .into_iter()
+                .map(Value::from)
+                .collect::<Vec<_>>(),
+        )),
+        "removeprefix" | "removesuffix" => {
+            let [affix] = args else { return None };
+            let affix = affix.as_str()?;
+            let kept = if method == "removeprefix" {
+                s.strip_prefix(affix)
+            } else {
+                s.strip_suffix(affix)
+            };
+            Some(Value::from(kept.unwrap_or(s)))
+        }
+        "startswith" | "endswith" if (2..=3).contains(&args.len()) => {
+            py_affix_in_range(s, method == "startswith", args).map(Value::from)
+        }
+        _ => None,
+    }
+}
+
+/// Python's `str.startswith(prefix, start[, end])` / `endswith`: `prefix` a str or a tuple of
+/// them, `start`/`end` code point positions (`None`, negative: as in a slice); `None` for
+/// arguments of other types (the Python-compatibility layer then reports them).
+fn py_affix_in_range(s: &str, starts: bool, args: &[Value]) -> Option<bool> {
+    let (affixes, range) = args.split_first()?;
+    let affixes: Vec<String> = match affixes.as_str() {
+        Some(a) => vec![a.to_owned()],
+        None if affixes.kind() == ValueKind::Seq => affixes
+            .try_iter()
+            .ok()?
+            .map(|a| a.as_str().map(str::to_owned))
+            .collect::<Option<_>>()?,
+        None => return None,
+    };
+    let bound = |v: Option<&Value>| -> Option<Option<i64>> {
+        match v {
+            None => Some(None),
+            Some(v) if v.is_none() => Some(None),
+            Some(v) => i64::try_from(v.clone()).ok().map(Some),
+        }
+    };
+    let (start, end) = (bound(range.first())?, bound(range.get(1))?);
+    let chars: Vec<(usize, char)> = s.char_indices().collect();
+    let len = i64::try_from(chars.len()).ok()?;
+    // CPython's ADJUST_INDICES
+    let adjust = |v: i64| if v < 0 { (v + len).max(0) } else { v };
+    let start = adjust(start.unwrap_or(0));
+    let end = adjust(end.unwrap_or(len)).min(len);
+    let byte_at = |i: i64| -> usize {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| chars.get(i))
+            .map_or(s.len(), |&(b, _)| b)
+    };
+    Some(affixes.iter().any(|affix| {
+        let n = i64::try_from(affix.chars().count()).unwrap_or(i64::MAX);
+        if end - n < start {
+            return false;
+        }
+        let (from, to) = if starts {
+            (start, start + n)
+        } else {
+            (end - n, end)
+        };
+        s.get(byte_at(from)..byte_at(to)) == Some(affix.as_str())
+    }))
+}
+
 /// Python's `str.splitlines()`: lines without their line boundaries.
 fn py_splitlines(s: &str) -> Vec<&str> {
     let mut lines = Vec::new();
@@ -1989,6 +2065,9 @@ fn py_method(
                 return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
             }
             _ => {
+                if let Some(result) = py_line_and_affix_methods(s, method, args) {
+                    return Ok(result);
+                }
                 if let Some(result) = py_more_str_methods(s, method, args) {
                     return result;
                 }
