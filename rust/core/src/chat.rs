@@ -729,34 +729,6 @@ fn named_params<const N: usize>(
     Ok(params)
 }
 
-/// Python's `splitlines()` (every line boundary Python knows), `removeprefix`/`removesuffix`
-/// and `startswith`/`endswith` with a range (`None`: not one of them, or other arguments: the
-/// Python-compatibility layer takes those).
-fn py_line_and_affix_methods(s: &str, method: &str, args: &[Value]) -> Option<Value> {
-    match method {
-        "splitlines" if args.is_empty() => Some(Value::from(
-            py_splitlines(s)
-                .into_iter()
-                .map(Value::from)
-                .collect::<Vec<_>>(),
-        )),
-        "removeprefix" | "removesuffix" => {
-            let [affix] = args else { return None };
-            let affix = affix.as_str()?;
-            let kept = if method == "removeprefix" {
-                s.strip_prefix(affix)
-            } else {
-                s.strip_suffix(affix)
-            };
-            Some(Value::from(kept.unwrap_or(s)))
-        }
-        "startswith" | "endswith" if (2..=3).contains(&args.len()) => {
-            py_affix_in_range(s, method == "startswith", args).map(Value::from)
-        }
-        _ => None,
-    }
-}
-
 /// Python's `str.startswith(prefix, start[, end])` / `endswith`: `prefix` a str or a tuple of
 /// them, `start`/`end` code point positions (`None`, negative: as in a slice); `None` for
 /// arguments of other types (the Python-compatibility layer then reports them).
@@ -2065,9 +2037,6 @@ fn py_method(
                 return Ok(Value::from(!s.is_empty() && s.chars().all(py_is_space)));
             }
             _ => {
-                if let Some(result) = py_line_and_affix_methods(s, method, args) {
-                    return Ok(result);
-                }
                 if let Some(result) = py_more_str_methods(s, method, args) {
                     return result;
                 }
@@ -2115,7 +2084,9 @@ fn py_method(
 }
 
 /// More of Python's `str` methods: `swapcase`, `casefold`, `istitle`, `zfill`, `center`,
-/// `ljust`, `rjust`, `partition`, `rpartition`, `expandtabs` (`None`: not one of them).
+/// `ljust`, `rjust`, `partition`, `rpartition`, `splitlines` (every line boundary Python
+/// knows), `removeprefix`, `removesuffix`, `startswith`/`endswith` with a range, `expandtabs`
+/// (`None`: not one of them, or arguments the compatibility layer then reports).
 fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, Error>> {
     let result = match (method, args) {
         ("swapcase", []) => Ok(Value::from(py_swapcase(s))),
@@ -2157,6 +2128,20 @@ fn py_more_str_methods(s: &str, method: &str, args: &[Value]) -> Option<Result<V
                 )))
             }
         },
+        ("splitlines", []) => Ok(Value::from(
+            py_splitlines(s)
+                .into_iter()
+                .map(Value::from)
+                .collect::<Vec<_>>(),
+        )),
+        ("removeprefix", [affix]) => Ok(Value::from(s.strip_prefix(affix.as_str()?).unwrap_or(s))),
+        ("removesuffix", [affix]) => Ok(Value::from(s.strip_suffix(affix.as_str()?).unwrap_or(s))),
+        // with a range (one argument: the compatibility layer's)
+        ("startswith" | "endswith", [_, _] | [_, _, _]) => Ok(Value::from(py_affix_in_range(
+            s,
+            method == "startswith",
+            args,
+        )?)),
         ("expandtabs", []) => py_expandtabs(s, 8).map(Value::from),
         ("expandtabs", [size]) => i64::try_from(size.clone())
             .map_err(|_| py_error("TypeError", "an integer is required"))
