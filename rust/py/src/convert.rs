@@ -65,15 +65,9 @@ pub(crate) struct RowStrings {
 }
 
 impl RowStrings {
+    /// Every value of the row `str()`ed once (`safe_format`'s single pass over the row).
     pub(crate) fn from_dict(row: &Bound<'_, PyDict>) -> PyResult<Self> {
-        let mut pairs = Vec::with_capacity(row.len());
-        for (k, v) in row.iter() {
-            if !k.is_exact_instance_of::<PyString>() {
-                return Err(unsupported("row key that is not a str"));
-            }
-            pairs.push((py_str(&k)?, py_str(&v)?));
-        }
-        Ok(Self { pairs, mask: None })
+        Self::read(row, None, false)
     }
 
     /// The row for a template that formats several items with it, the output column `field`
@@ -84,6 +78,14 @@ impl RowStrings {
     pub(crate) fn for_items(
         row: &Bound<'_, PyDict>,
         mask: Option<(&Bound<'_, PyAny>, &Bound<'_, PyAny>)>,
+    ) -> PyResult<Self> {
+        Self::read(row, mask, true)
+    }
+
+    fn read(
+        row: &Bound<'_, PyDict>,
+        mask: Option<(&Bound<'_, PyAny>, &Bound<'_, PyAny>)>,
+        pure_only: bool,
     ) -> PyResult<Self> {
         let mask = match mask {
             Some((field, _)) if !field.is_exact_instance_of::<PyString>() => {
@@ -100,7 +102,7 @@ impl RowStrings {
             let k = py_str(&k)?;
             let v = match &mask {
                 Some((field, value)) if *k == **field => value.clone_ref(row.py()),
-                _ if !str_is_pure(&v) => {
+                _ if pure_only && !str_is_pure(&v) => {
                     return Err(unsupported("row value whose str() may fail or run code"));
                 }
                 _ => py_str(&v)?,
