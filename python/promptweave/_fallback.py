@@ -482,31 +482,25 @@ def generate_item(
             and isinstance(ice, (str, _prompt_list_base()))
         ):
             ice = ice.replace(t.sep_token, "")  # compat removes the sep token from the ICE too
-        entry = _masked_copy(entry, output_field, output_field_replace_token)
         kwargs = _masked(entry, output_field, output_field_replace_token)
         return _sp_render(t, enc, kwargs, ice, sep_pre=None, sep_post=t.sep_token)
     if t.ice_token is not None:
         enc = _insert_ice(enc, t.ice_token, ice_field_replace_token)
     if t.sep_token is not None:
         enc = enc.replace(t.sep_token, "")
-    entry = _masked_copy(entry, output_field, output_field_replace_token)
     return _render(t, enc, _masked(entry, output_field, output_field_replace_token))
 
 
-def _masked_copy(entry: Mapping[str, Any], output_field: Any, token: Any) -> Mapping[str, Any]:
-    """The reference's ``entry = copy.deepcopy(entry); entry[output_field] = token`` (its
-    errors, and the values the template then ``str()``s, are the copy's)."""
+def _masked(entry: Mapping[str, Any], output_field: Any, token: Any) -> dict[str, Any]:
+    """The keyword arguments the template is formatted with: the row's, or with
+    ``output_field`` the reference's ``entry = copy.deepcopy(entry); entry[output_field] =
+    token`` (its errors, and the copy's values, which the template then ``str()``s; an existing
+    column keeps its position: chaining order)."""
     if output_field is None:
-        return entry
+        return _as_kwargs(entry)
     copied = copy.deepcopy(entry)
     copied[output_field] = token  # type: ignore[index]
-    return copied
-
-
-def _masked(entry: Mapping[str, Any], output_field: Any, token: Any) -> dict[str, Any]:
-    kwargs = _as_kwargs(entry)
-    if output_field is None:
-        return kwargs
+    kwargs = _as_kwargs(copied)
     if not isinstance(output_field, str):
         raise make_error(
             PromptTypeError,
@@ -514,7 +508,6 @@ def _masked(entry: Mapping[str, Any], output_field: Any, token: Any) -> dict[str
             "(keywords must be strings)",
             compat=TypeError,
         )
-    kwargs[output_field] = token  # an existing column keeps its position (chaining order)
     return kwargs
 
 
