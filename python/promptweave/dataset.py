@@ -35,7 +35,13 @@ from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.chat_models import chat_meta_template, convert_chat_messages, format_fastchat
 from promptweave.chat_template import ChatTemplate
 from promptweave.config import _type_name
-from promptweave.errors import ArgumentError, PromptRenderError, TemplateError, make_error
+from promptweave.errors import (
+    ArgumentError,
+    PromptRenderError,
+    TemplateError,
+    add_note,
+    make_error,
+)
 from promptweave.raw_prompt_template import flat_dict, immutable
 from promptweave.retrievers import partial_indices, prepare_loaded
 from promptweave.tokens import TokenCounter, api_token_len, as_token_counter
@@ -149,8 +155,7 @@ def _row_note(i: int) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"while rendering test row {i}")
+        add_note(exc, f"while rendering test row {i}")
         raise
 
 

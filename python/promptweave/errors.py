@@ -210,6 +210,13 @@ def _combined(family: type[PromptRenderError], compat: type[BaseException]) -> t
     return cls
 
 
+def add_note(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc``'s notes, where Python has them (3.11+): where an error came from
+    (a test row, an in-context example)."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+
+
 def make_error(
     family: type[PromptRenderError],
     message: str,

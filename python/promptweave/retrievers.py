@@ -44,6 +44,7 @@ from promptweave.errors import (
     RetrieverError,
     SameSplitWarning,
     TemplateError,
+    add_note,
     make_error,
 )
 from promptweave.prompt import PromptList
@@ -951,8 +952,7 @@ class _RetrieverCore:
             try:
                 items.append(ice_template.generate_ice_item(row, self._answer(row, idx)))
             except PromptRenderError as exc:
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"while rendering the in-context example of train row {idx!r}")
+                add_note(exc, f"while rendering the in-context example of train row {idx!r}")
                 raise
         if items and isinstance(items[0], PromptList):
             # The reference's exact accumulation: `[] += PromptList` makes the accumulator a
