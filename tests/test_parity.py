@@ -1049,3 +1049,27 @@ def test_prompt_list_format_in_rust_keeps_the_sequential_quirks(
             assert repr(got_outcome.value) == repr(want_outcome.value), kwargs
         else:
             assert isinstance(got_outcome.error, type(want_outcome.error)), kwargs
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+@pytest.mark.parametrize(
+    "items",
+    [[], [{"role": "HUMAN"}], [{"section": "round", "pos": "begin"}], ["{a}"], ["{big}"]],
+    ids=["empty", "no-prompt", "marker", "text", "used"],
+)
+def test_prompt_list_format_str_of_a_value_only_where_an_item_is_formatted(
+    reference: dict[str, Any], fw: str, items: list[Any]
+) -> None:
+    """The reference ``str()``s the entry's values per formatted item: an int past Python's
+    digit limit raises only when some item is formatted."""
+    ours_api = {"oc": promptweave.opencompass, "ais": promptweave.aisbench}[fw]
+    kwargs = {"a": 1, "big": 10**5000}
+    want = run(lambda: reference[fw].PromptList(copy.deepcopy(items)).format(**kwargs))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_backend, "FORCE_PYTHON", False)
+        got = run(lambda: ours_api.PromptList(copy.deepcopy(items)).format(**kwargs))
+    if want.ok:
+        assert got.ok, got.error
+        assert repr(got.value) == repr(want.value)
+    else:
+        assert isinstance(got.error, type(want.error))

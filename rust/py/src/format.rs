@@ -67,20 +67,19 @@ pub(crate) fn concat_prompts<'py>(
 
 /// `PromptList.format(**entry)`: string items and dict items' `prompt` substituted with the
 /// reference's sequential semantics, dict items copied, as a list of the new items. Only the
-/// plain case is taken here: entry values of immutable types with a fixed `str()` (so that
-/// reading them all up front changes nothing), items that are exact `str`s or exact `dict`s of
-/// `str` keys and such values (a copy is then the reference's deep copy) with a `str` prompt;
-/// anything else goes to the Python method.
+/// plain case is taken here: entry values whose `str()` is pure (so that reading them all up
+/// front changes nothing), items that are exact `str`s or exact `dict`s of `str` keys and
+/// immutable values (a copy is then the reference's deep copy) with a `str` prompt; anything
+/// else goes to the Python method.
 #[pyfunction]
 pub(crate) fn format_prompt_list<'py>(
     items: &Bound<'py, PyList>,
     entry: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyList>> {
     let py = items.py();
-    if !entry.values().iter().all(|v| is_plain_value(&v)) {
-        return Err(unsupported("an entry value of another type"));
-    }
-    let row = RowStrings::from_dict(entry)?;
+    // each item is formatted with the whole entry: values read once only where that is the
+    // same as the reference's str() per item
+    let row = RowStrings::for_items(entry, None)?;
     let entries = row.entries();
     let fill = |text: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyString>> {
         if entries.is_empty() {
