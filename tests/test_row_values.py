@@ -50,19 +50,24 @@ def _outcome(fn: Any) -> Any:
         return ("raises", type(exc).__mro__[-3].__name__)
 
 
+METHODS = ["generate_item", "generate_ice_item", "label_prompt"]
+
+
+def _call(t: Any, method: str, row: dict[str, Any]) -> Any:
+    """``method`` of template ``t`` on ``row`` (the answer column masked; label ``'A'``)."""
+    if method == "generate_item":
+        return t.generate_item(row, output_field="answer")
+    if method == "generate_ice_item":
+        return t.generate_ice_item(row, "A")
+    return t.generate_label_prompt_item(row, "", "A")
+
+
 def _calls(M: Any, template: Any, method: str) -> list[Any]:
     """Results of three calls on a row holding a ``Counted`` value, and its ``str()`` count."""
     t = M.PromptTemplate(template)
     value = Counted()
     row = {"question": "q", "answer": "A", "extra": value}
-    outs = []
-    for _ in range(3):
-        if method == "generate_item":
-            outs.append(repr(t.generate_item(row, output_field="answer")))
-        elif method == "generate_ice_item":
-            outs.append(repr(t.generate_ice_item(row, "A")))
-        else:
-            outs.append(repr(t.generate_label_prompt_item(row, "", "A")))
+    outs = [repr(_call(t, method, row)) for _ in range(3)]
     return [outs, value.calls]
 
 
@@ -70,7 +75,7 @@ def _calls(M: Any, template: Any, method: str) -> list[Any]:
 @pytest.mark.parametrize(
     "template", [STRING, DIALOGUE, NO_PROMPTS, LABELS], ids=["string", "dialogue", "none", "label"]
 )
-@pytest.mark.parametrize("method", ["generate_item", "generate_ice_item", "label_prompt"])
+@pytest.mark.parametrize("method", METHODS)
 def test_str_calls_and_errors_as_reference(
     reference: dict[str, Any], fw: str, template: Any, method: str
 ) -> None:
@@ -78,12 +83,7 @@ def test_str_calls_and_errors_as_reference(
     assert _calls(M, template, method) == _calls(R, template, method)
 
     def run(NS: Any, row: dict[str, Any]) -> Any:
-        t = NS.PromptTemplate(template)
-        if method == "generate_item":
-            return _outcome(lambda: t.generate_item(row, output_field="answer"))
-        if method == "generate_ice_item":
-            return _outcome(lambda: t.generate_ice_item(row, "A"))
-        return _outcome(lambda: t.generate_label_prompt_item(row, "", "A"))
+        return _outcome(lambda: _call(NS.PromptTemplate(template), method, row))
 
     rows = [
         {"question": "q", "answer": "A", "unused": HUGE},  # the reference raises ValueError
@@ -107,19 +107,10 @@ def test_plain_values_stay_in_rust(reference: dict[str, Any], fw: str) -> None:
     for template in (STRING, DIALOGUE, LABELS):
         before = _backend.fallbacks
         ours = M.PromptTemplate(template)
-        got = [
-            ours.generate_item(row, output_field="answer"),
-            ours.generate_ice_item(row, "A"),
-            ours.generate_label_prompt_item(row, "", "A"),
-        ]
+        got = [_call(ours, method, row) for method in METHODS]
         assert _backend.fallbacks == before, template
         ref = R.PromptTemplate(template)
-        want = [
-            ref.generate_item(row, output_field="answer"),
-            ref.generate_ice_item(row, "A"),
-            ref.generate_label_prompt_item(row, "", "A"),
-        ]
-        assert repr(got) == repr(want)
+        assert repr(got) == repr([_call(ref, method, row) for method in METHODS])
 
 
 class DeepCopied:
