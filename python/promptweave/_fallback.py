@@ -42,6 +42,7 @@ __all__ = [
     "TemplateLike",
     "api_parse",
     "api_raw_messages",
+    "check_kwarg_collision",
     "encode_dialogue",
     "format_prompt_list",
     "generate_ice_item",
@@ -195,6 +196,20 @@ def _as_kwargs(entry: Any) -> dict[str, Any]:
         ) from exc
 
 
+def check_kwarg_collision(kwargs: Mapping[str, Any], name: str, callee: str) -> None:
+    """The reference passes the row as ``callee(..., **row)``, whose own parameter is ``name``
+    (``safe_format(input_str, **kwargs)``, ``PromptList.format(self, **kwargs)``): a column of
+    that name makes the call raise ``TypeError``. Raised here too (a ``PromptTypeError``)."""
+    if name in kwargs:
+        raise make_error(
+            PromptTypeError,
+            f"the data row has a column named {name!r}, which the reference's "
+            f"{callee}({name}, **row) cannot take ({callee}() got multiple "
+            f"values for argument {name!r})",
+            compat=TypeError,
+        )
+
+
 def format_prompt_list(
     items: list[Any],
     entry: Mapping[str, Any],
@@ -205,6 +220,9 @@ def format_prompt_list(
     """``PromptList.format``: substitute into string items and dict items' ``prompt``."""
     out = pl_cls()
     for i, item in enumerate(items):
+        if not single_pass and (not isinstance(item, dict) or "prompt" in item):
+            # the reference's `safe_format(text, **entry)` of this item
+            check_kwarg_collision(entry, "input_str", "safe_format")
         if isinstance(item, dict):
             new_item = copy.deepcopy(item)
             if "prompt" in item:
@@ -429,7 +447,11 @@ def _insert_ice(enc: Any, token: str, ice: Any) -> Any:
 def _render(t: TemplateLike, enc: Any, kwargs: dict[str, Any]) -> Any:
     single = t.substitution == "single_pass"
     if isinstance(enc, str):
+        if not single:
+            check_kwarg_collision(kwargs, "input_str", "safe_format")
         return _substitute(enc, kwargs, "the template", "template", single_pass=single)
+    if not single:
+        check_kwarg_collision(kwargs, "self", "PromptList.format")
     return format_prompt_list(enc, kwargs, t._prompt_list, single_pass=single)
 
 

@@ -129,6 +129,7 @@ def format_mm(
                 new_item["prompt_mm"] = [_build_part(mm, k, p, where) for k, p in parsed]
             out.append(new_item)
         else:
+            _fallback.check_kwarg_collision(kwargs, "input_str", "safe_format")
             out.append(
                 _fallback._substitute(
                     item, kwargs, f"PromptList item {i}", f"prompt[{i}]", single_pass=False
@@ -255,6 +256,8 @@ class MMPromptTemplate(BasePromptTemplate):
         template = self.format_mm_url(self.template, entry)
         encoded = self._encode_template(template, ice=False)
         kwargs = _fallback._as_kwargs(entry)
+        if isinstance(encoded, list):  # (a str has no `format_mm` in the reference)
+            _fallback.check_kwarg_collision(kwargs, "self", "PromptList.format_mm")
         result = format_mm(encoded, kwargs, strict=self.strict, content_field=self.content_field)
         for i, item in enumerate(result):
             try:

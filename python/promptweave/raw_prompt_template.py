@@ -219,16 +219,8 @@ class _Row:
 
     def __init__(self, entry: Mapping[str, Any]) -> None:
         self.kwargs = _fallback._as_kwargs(entry)  # `**entry`: str keys, mapping order
-        if "input_str" in self.kwargs:
-            # the reference calls `safe_format(content, **entry)`, whose first parameter is
-            # named `input_str`: a column of that name collides with it
-            raise make_error(
-                PromptTypeError,
-                "the data row has a column named 'input_str', which the reference's "
-                "safe_format(input_str, **row) cannot take (safe_format() got multiple values "
-                "for argument 'input_str')",
-                compat=TypeError,
-            )
+        # the reference calls `safe_format(content, **entry)`
+        _fallback.check_kwarg_collision(self.kwargs, "input_str", "safe_format")
 
     def format(self, content: str) -> str:
         result: str = format_entry(content, self.kwargs)

@@ -58,6 +58,12 @@ pub(crate) fn py_str(value: &Bound<'_, PyAny>) -> PyResult<PyBackedStr> {
     PyBackedStr::try_from(s).map_err(|_| unsupported("string that is not valid UTF-8"))
 }
 
+/// Columns the reference cannot take: it passes the row as keyword arguments to
+/// `safe_format(input_str, **row)` and `PromptList.format(self, **row)`, which raise
+/// `TypeError` for a column named like their own parameter (a row with one goes to the
+/// pure-Python path, which raises as the reference does where it does).
+pub(crate) const RESERVED_COLUMNS: [&str; 2] = ["input_str", "self"];
+
 /// The `str()` of every value of a row, in the row's order.
 pub(crate) struct RowStrings {
     pairs: Vec<(PyBackedStr, PyBackedStr)>,
@@ -100,6 +106,11 @@ impl RowStrings {
                 return Err(unsupported("row key that is not a str"));
             }
             let k = py_str(&k)?;
+            if RESERVED_COLUMNS.contains(&&*k) {
+                return Err(unsupported(
+                    "row column named like a parameter of the reference",
+                ));
+            }
             let v = match &mask {
                 Some((field, value)) if *k == **field => value.clone_ref(row.py()),
                 _ if pure_only && !str_is_pure(&v) => {

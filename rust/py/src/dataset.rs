@@ -17,7 +17,7 @@ use promptweave_core::{
     render_rows,
 };
 
-use crate::convert::{empty_list, py_str};
+use crate::convert::{RESERVED_COLUMNS, empty_list, py_str};
 use crate::errors::{to_py_err, unsupported};
 use crate::joined::{cell_str, has_brace};
 use crate::meta::PyMetaTemplate;
@@ -49,6 +49,11 @@ impl<'py> Rows<'py> {
                 names.push(py_str(&k)?);
                 keys.push(k);
             }
+        }
+        if names.iter().any(|n| RESERVED_COLUMNS.contains(&&**n)) {
+            return Err(unsupported(
+                "column named like a parameter of the reference",
+            ));
         }
         Ok(Self {
             list: rows.clone(),

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString};
 
-use crate::convert::str_is_pure;
+use crate::convert::{RESERVED_COLUMNS, str_is_pure};
 
 use promptweave_core::format::{fast_condition, has_brace as brace_in};
 
@@ -100,6 +100,9 @@ impl JoinedTemplate {
             });
             pieces.push(Piece::Slot(slot));
             rest = &rest[close + 1..];
+        }
+        if names.iter().any(|n| RESERVED_COLUMNS.contains(&n.as_str())) {
+            return None; // such a column is a row the full renderer sends to Python
         }
         if !rest.is_empty() {
             literal_brace |= brace_in(rest);
@@ -246,6 +249,9 @@ impl JoinedTemplate {
                     let Some(text) = brace_free(&key) else {
                         return Ok(false);
                     };
+                    if RESERVED_COLUMNS.contains(&text) {
+                        return Ok(false);
+                    }
                     let slot = self.names.iter().position(|n| n == text);
                     if keys.len() < KNOWN_KEYS {
                         keys.push((key.unbind(), slot));
