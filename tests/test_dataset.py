@@ -530,3 +530,38 @@ def test_ppl_raw_messages_cannot_trim_by_max_seq_len() -> None:
     )
     with pytest.raises(TypeError, match="max_seq_len"):
         renderer.render([{"question": "QQ", "answer": "A"}], train)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "tokens"),
+    [
+        ("</E>\ud800Q: {q}", {"ice_token": "</E>\ud800"}),
+        ("</E>Q: {q}\ud800", {"ice_token": "</E>", "sep_token": "\ud800"}),
+    ],
+    ids=["ice_token", "sep_token"],
+)
+def test_lone_surrogate_tokens_render_as_the_reference(
+    reference: dict[str, Any], prompt: str, tokens: dict[str, str]
+) -> None:
+    """An ``ice_token``/``sep_token`` with a lone surrogate has no UTF-8 form: the template is
+    not compiled, and the Python path renders what the reference renders (it used to raise
+    ``UnicodeEncodeError`` when the template was built)."""
+    R = reference["oc"]
+    rows = [{"q": "q0", "a": "A"}, {"q": "q1", "a": "B"}]
+
+    def per_row(M: Any) -> list[Any]:
+        t = M.PromptTemplate(prompt, **tokens)
+        return [t.generate_item(r, output_field="a", ice_field_replace_token="ICE") for r in rows]
+
+    assert per_row(pw) == per_row(R)
+    infer = {
+        "ice_template": {"template": "{q} {a}"},
+        "prompt_template": {"template": prompt, **tokens},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [1]},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    renderer = pw.DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"})
+    ice = R.PromptTemplate("{q} {a}").generate_ice_item(rows[1], "B") + "\n"
+    pt = R.PromptTemplate(prompt, **tokens)
+    want = [pt.generate_item(r, output_field="a", ice_field_replace_token=ice) for r in rows]
+    assert renderer.render(rows, rows).prompts == want

@@ -235,7 +235,8 @@ class PromptTemplate(BasePromptTemplate):
                 self._prompt_list,
                 self._labels or None,
             )
-        except _core.FallbackRequired:
+        except (_core.FallbackRequired, UnicodeEncodeError):
+            # (a token with a lone surrogate has no UTF-8 form: the pure-Python path renders it)
             self._compiled = None
         self._install_fast_methods()
 
