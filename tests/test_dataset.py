@@ -9,6 +9,7 @@ index lists.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -565,3 +566,88 @@ def test_lone_surrogate_tokens_render_as_the_reference(
     pt = R.PromptTemplate(prompt, **tokens)
     want = [pt.generate_item(r, output_field="a", ice_field_replace_token=ice) for r in rows]
     assert renderer.render(rows, rows).prompts == want
+
+
+class _Counted:
+    """A value whose ``str()`` runs code: counts its calls in ``calls`` (shared with its deep
+    copies, which the reference makes to mask the answer), raises on the ``fail``-th."""
+
+    def __init__(self, fail: int | None = None) -> None:
+        self.calls = [0]
+        self.fail = fail
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Counted:
+        twin = _Counted(self.fail)
+        twin.calls = self.calls
+        return twin
+
+    def __str__(self) -> str:
+        self.calls[0] += 1
+        if self.calls[0] == self.fail:
+            raise RuntimeError("str() failed")
+        return f"v{self.calls[0]}"
+
+
+def _zero_shot(template: Any) -> pw.DatasetRenderer:
+    infer = {
+        "prompt_template": {"template": template},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    return pw.DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"})
+
+
+@pytest.mark.parametrize(
+    "template", ["Q: {q}", {"round": [{"role": "HUMAN", "prompt": "Q: {q}"}]}], ids=["str", "dlg"]
+)
+@pytest.mark.parametrize("column", ["q", "unused"])
+def test_value_whose_str_runs_code_is_called_as_the_reference_calls_it(
+    reference: dict[str, Any], template: Any, column: str
+) -> None:
+    """The Rust job runs no Python code: a row value with its own ``__str__`` is ``str()``ed
+    where and as often as the reference does, and when it raises, the error names the row."""
+    R = reference["oc"]
+
+    def rows(value: Any) -> list[dict[str, Any]]:
+        return [
+            {"q": "a", "a": "x", "unused": 1},
+            {"q": "b", "a": "y", "unused": 1},
+            {"q": "c", "a": "z", "unused": 1, column: value},
+        ]
+
+    ours, ref = _Counted(), _Counted()
+    got = _zero_shot(template).render(rows(ours)).prompts
+    t, parser = R.PromptTemplate(template), R.LMTemplateParser(None)
+    want = [parser.parse_template(t.generate_item(r, output_field="a"), "gen") for r in rows(ref)]
+    assert got == want
+    assert ours.calls == ref.calls
+    assert ref.calls[0] > 0
+    with pytest.raises(RuntimeError, match="str\\(\\) failed") as info:
+        _zero_shot(template).render(rows(_Counted(fail=1)))
+    assert "while rendering test row 2" in getattr(info.value, "__notes__", [])
+
+
+def test_generator_value_fails_as_the_reference() -> None:
+    """The reference deep-copies the row to mask the answer: a generator cannot be copied."""
+
+    def gen() -> Iterator[int]:
+        yield 1
+
+    with pytest.raises(TypeError, match="pickle") as info:
+        _zero_shot("Q: {q}").render([{"q": "a", "a": "x"}, {"q": gen(), "a": "y"}])
+    assert "while rendering test row 1" in getattr(info.value, "__notes__", [])
+
+
+def test_in_context_example_error_names_the_train_row() -> None:
+    infer = {
+        "ice_template": {"template": "{q} {a}"},
+        "prompt_template": {"template": "</E>{q}", "ice_token": "</E>"},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [2]},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    renderer = pw.DatasetRenderer(infer, {"input_columns": ["q"], "output_column": "a"})
+    train = [{"q": "t0", "a": "A"}, {"q": "t1", "a": "B"}, {"q": _Counted(fail=1), "a": "C"}]
+    with pytest.raises(RuntimeError) as info:
+        renderer.render([{"q": "x", "a": "A"}], train)
+    notes = getattr(info.value, "__notes__", [])
+    assert "while rendering the in-context example of train row 2" in notes

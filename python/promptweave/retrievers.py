@@ -28,13 +28,14 @@ flavour they carry the reference's error code (``[ICLR-PARAM-004]`` ...).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import operator
 import random
 import re
 import secrets
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from promptweave._flavor import AISBENCH, OPENCOMPASS
@@ -848,6 +849,17 @@ def _index_error(split: str, idx: Any, size: int, exc: Exception) -> PromptRende
     )
 
 
+@contextlib.contextmanager
+def _ice_note(idx: Any) -> Iterator[None]:
+    """An exception raised inside (the template's, or a value's own ``str()``) says which train
+    row's in-context example it came from."""
+    try:
+        yield
+    except Exception as exc:
+        add_note(exc, f"while rendering the in-context example of train row {idx!r}")
+        raise
+
+
 class _RetrieverCore:
     """What both flavours share: the dataset, the ICE separator/eos, and the reference's
     ``generate_ice`` / prompt-assembly / label algorithms with the templates as arguments."""
@@ -939,7 +951,8 @@ class _RetrieverCore:
             messages: list[Any] = []
             for idx in idx_list:
                 row = self._train_row(idx)
-                messages.extend(ice_template.generate_ice_item(row, self._answer(row, idx)))
+                with _ice_note(idx):
+                    messages.extend(ice_template.generate_ice_item(row, self._answer(row, idx)))
             return messages
         if prompt_type == "meta":  # dialogue ICE: separator and eos are dropped
             separator: Any = ""
@@ -949,11 +962,8 @@ class _RetrieverCore:
         items = []
         for idx in idx_list:
             row = self._train_row(idx)
-            try:
+            with _ice_note(idx):
                 items.append(ice_template.generate_ice_item(row, self._answer(row, idx)))
-            except PromptRenderError as exc:
-                add_note(exc, f"while rendering the in-context example of train row {idx!r}")
-                raise
         if items and isinstance(items[0], PromptList):
             # The reference's exact accumulation: `[] += PromptList` makes the accumulator a
             # PromptList (PromptList.__radd__), a falsy separator adds nothing, a non-empty one is

@@ -17,7 +17,7 @@ use promptweave_core::{
     render_rows,
 };
 
-use crate::convert::{RESERVED_COLUMNS, empty_list, py_str};
+use crate::convert::{RESERVED_COLUMNS, empty_list, py_str, str_is_pure};
 use crate::errors::{to_py_err, unsupported};
 use crate::joined::{cell_str, has_brace};
 use crate::meta::PyMetaTemplate;
@@ -82,6 +82,11 @@ impl<'py> Rows<'py> {
             if !k.is(&self.keys[i]) && !k.eq(&self.keys[i])? {
                 return Err(unsupported("rows with different columns"));
             }
+            // the reference `str()`s (and deep-copies) every value of the row, used or not: a
+            // row with a value whose `str()` may fail or run code goes to the Python path
+            if !str_is_pure(&v) {
+                return Err(unsupported("row value whose str() may fail or run code"));
+            }
             out.push(v);
         }
         Ok(())
@@ -94,7 +99,7 @@ impl<'py> Rows<'py> {
         for r in rows {
             self.row_into(r, &mut cells)?;
             for cell in &cells {
-                out.push(py_str(cell)?);
+                out.push(cell_text(cell)?);
             }
         }
         Ok(out)
@@ -109,7 +114,7 @@ impl<'py> Rows<'py> {
             if is_used {
                 self.row_into(r, &mut cells)?;
                 for cell in &cells {
-                    out.push(Some(py_str(cell)?));
+                    out.push(Some(cell_text(cell)?));
                 }
             } else {
                 out.extend((0..self.width()).map(|_| None));
@@ -117,6 +122,16 @@ impl<'py> Rows<'py> {
         }
         Ok(out)
     }
+}
+
+/// `str()` of a cell the core reads. The job runs no Python code: a value whose `str()` may
+/// fail or run code sends the rows to the pure-Python path, which calls it where and as often
+/// as the reference does (and names the row when it raises).
+fn cell_text(cell: &Bound<'_, PyAny>) -> PyResult<PyBackedStr> {
+    if !str_is_pure(cell) {
+        return Err(unsupported("row value whose str() may fail or run code"));
+    }
+    py_str(cell)
 }
 
 fn strs(v: &[PyBackedStr]) -> Vec<&str> {
@@ -233,6 +248,9 @@ impl<'py> Assembler<'py> {
                     return Ok(false);
                 };
                 if slot.is_none() {
+                    if !str_is_pure(value) {
+                        return Ok(false); // (the job runs no Python code: see `cell_text`)
+                    }
                     let v = cell_str(value)?;
                     if has_brace(&v)? {
                         return Ok(false);
