@@ -901,6 +901,27 @@ def test_csv_and_tsv(work: Path) -> None:
         assert _render_data(work, name) == _expected_plain(work)
 
 
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_csv_not_utf8_names_line_and_byte(work: Path, bom: bytes, suffix: str) -> None:
+    """A CSV/TSV file is decoded in chunks: its error says on which line and at which byte of
+    the file the first bad byte is, as a JSONL file's does."""
+    sep = b"," if suffix == "csv" else b"\t"
+    raw = bom + sep.join([b"question", b"A", b"B", b"answer"]) + b"\n"
+    raw += sep.join([b"q1", b"1", b"2", b"A"]) + b"\n" + sep.join([b"q\xff", b"1", b"2", b"B"])
+    (work / f"bad.{suffix}").write_bytes(raw + b"\n")
+    err = fails(work, "render", "string_cfg.py", "--data", f"bad.{suffix}", "-o", "out.jsonl")
+    assert f"bad.{suffix}:3: not UTF-8 text (invalid start byte at byte {raw.index(0xFF)})" in err
+    assert not (work / "out.jsonl").exists()
+
+
+def test_out_with_a_trailing_slash_is_refused(work: Path) -> None:
+    """``-o newdir/`` must not write a file named ``newdir`` (``Path`` drops the slash)."""
+    err = fails(work, "render", "string_cfg.py", "--data", "test.jsonl", "-o", "newdir/")
+    assert "--out newdir/: ends with a slash (a directory); give a file name" in err
+    assert not (work / "newdir").exists()
+
+
 def test_csv_values_are_strings(work: Path) -> None:
     (work / "n.csv").write_text("question,A,B,answer\n1,2,3,A\n", "utf-8")
     csv_rec = records(ok(work, "render", "string_cfg.py", "--data", "n.csv").stdout)[0]

@@ -266,8 +266,25 @@ def _read_csv(
         except csv.Error as exc:
             raise CliError(f"{name}:{reader.line_num}: invalid CSV: {exc}") from exc
         except UnicodeDecodeError as exc:
-            raise CliError(f"{name}: not UTF-8 text ({exc.reason})") from exc
+            raise CliError(_utf8_error(p, name, exc)) from exc
     return rows
+
+
+def _utf8_error(p: Path, name: str, exc: UnicodeDecodeError) -> str:
+    """``file:line: not UTF-8 text (... at byte N)`` for a text file read in chunks, whose
+    decoding error only knows its place in the chunk: the file's bytes are decoded again to
+    find the first bad byte."""
+    try:
+        raw = p.read_bytes()
+        raw.decode("utf-8-sig")
+    except UnicodeDecodeError as whole:
+        bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+        start = whole.start + bom
+        line = raw.count(b"\n", 0, start) + 1
+        return f"{name}:{line}: not UTF-8 text ({whole.reason} at byte {start})"
+    except OSError:
+        pass
+    return f"{name}: not UTF-8 text ({exc.reason})"
 
 
 def _read_parquet(p: Path, name: str) -> list[Row]:
@@ -472,7 +489,7 @@ def _read_meta_template(path: str) -> Any:
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise CliError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+        raise CliError(_utf8_error(p, path, exc)) from exc
     value = _json_loads(text, path)
     if isinstance(value, dict) and "meta_template" in value and "round" not in value:
         value = value["meta_template"]  # a model config written as JSON
@@ -974,8 +991,11 @@ def atomic_output(path: Path) -> Iterator[BinaryIO]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except FileNotFoundError as exc:
+        missing = not directory.exists()
         raise CliError(
             f"{path}: cannot write: directory {str(directory)!r} does not exist"
+            if missing
+            else f"{path}: cannot write: {exc.strerror or exc}"
         ) from exc
     except OSError as exc:
         raise CliError(f"{path}: cannot write: {exc.strerror or exc}") from exc
@@ -1028,6 +1048,8 @@ def _write_records(result: Any, out: str | None, progress: _Progress | None = No
         st = None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise CliError(f"--out {out}: is a directory")
+    if out.endswith(("/", os.sep)):  # (Path drops the slash: it would write a file `X`)
+        raise CliError(f"--out {out}: ends with a slash (a directory); give a file name")
     try:
         if st is not None and not stat.S_ISREG(st.st_mode):
             # a pipe, a device (/dev/null, /dev/stdout, `-o >(gzip > x.gz)`): written to, as
