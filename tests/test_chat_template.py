@@ -1232,3 +1232,41 @@ def test_python_string_methods_like_transformers(expr: str, ref_tok: Any) -> Non
     content = "a\x1cb\x85c\u2028d\x0be\r\nf\x0cé\rd"
     case = {"messages": [{"role": "user", "content": content}]}
     _assert_same(_reference(ref_tok, source, case), chat_corpus.ours_outcome(source, case))
+
+
+SIMPLE_LOOP = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "bad",
+    [[{"role": "user", "content": 10**5000}], "notalist", [5], None],
+    ids=["huge-int", "str", "int-message", "none"],
+)
+def test_render_many_errors_name_the_conversation(bad: Any, threads: int) -> None:
+    """An error reading one conversation of a batch says which one (a note), whatever the
+    error's own type; the same conversation alone raises the same error, without the note."""
+    convs: list[Any] = [[{"role": "user", "content": f"c{i}"}] for i in range(50)]
+    convs[37] = bad
+    ct = ChatTemplate(SIMPLE_LOOP)
+    with pytest.raises((TypeError, ValueError)) as batch:
+        ct.render_many(convs, threads=threads)
+    assert "while reading conversation 37" in getattr(batch.value, "__notes__", [])
+    with pytest.raises(type(batch.value)) as alone:
+        ct.render(bad)
+    assert str(alone.value) == str(batch.value)
+
+
+@pytest.mark.parametrize(
+    ("threads", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)],
+)
+def test_render_many_threads_checked(threads: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="render_many: threads must be"):
+        ChatTemplate(SIMPLE_LOOP).render_many([[{"role": "user", "content": "x"}]], threads=threads)
+
+
+def test_render_many_many_threads_are_capped() -> None:
+    convs = [[{"role": "user", "content": f"c{i}"}] for i in range(5)]
+    ct = ChatTemplate(SIMPLE_LOOP)
+    assert ct.render_many(convs, threads=2**64) == [ct.render(c) for c in convs]

@@ -651,3 +651,16 @@ def test_in_context_example_error_names_the_train_row() -> None:
         renderer.render([{"q": "x", "a": "A"}], train)
     notes = getattr(info.value, "__notes__", [])
     assert "while rendering the in-context example of train row 2" in notes
+
+
+@pytest.mark.parametrize(
+    ("threads", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), ("x", TypeError), (False, TypeError)],
+)
+def test_threads_checked(threads: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="DatasetRenderer: threads must be"):
+        pw.DatasetRenderer(
+            {"prompt_template": {"template": "{q}"}, "retriever": {"type": "ZeroRetriever"}},
+            {"input_columns": ["q"], "output_column": "a"},
+            threads=threads,
+        )

@@ -49,6 +49,7 @@ from promptweave.errors import (
     ConfigError,
     DoubleBosError,
     DoubleBosWarning,
+    check_threads,
 )
 
 __all__ = ["ChatTemplate", "special_tokens_of"]
@@ -782,6 +783,7 @@ class ChatTemplate:
         last while a second thread renders (which needs no interpreter). That shortens the
         wall-clock time by about a quarter to a third when a second core is free, and costs
         about 15% more CPU time in all."""
+        threads = check_threads(threads, "render_many")
         compiled = self._select(chat_template, tools)
         if not isinstance(conversations, (list, tuple)):
             conversations = list(conversations)

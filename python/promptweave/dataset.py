@@ -40,6 +40,7 @@ from promptweave.errors import (
     PromptRenderError,
     TemplateError,
     add_note,
+    check_threads,
     make_error,
 )
 from promptweave.raw_prompt_template import flat_dict, immutable
@@ -397,7 +398,7 @@ class DatasetRenderer:
             )
         self.normalizing_str = normalizing_str
         # one thread by default: on 2 cores a second rendering thread measured no faster
-        self.threads = threads if threads is not None else 1
+        self.threads = check_threads(threads, "DatasetRenderer") or 1
 
     @property
     def _m(self) -> Any:

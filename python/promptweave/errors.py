@@ -217,6 +217,24 @@ def add_note(exc: BaseException, note: str) -> None:
         exc.add_note(note)
 
 
+#: more threads than this are no faster (the work is split in blocks): larger counts are capped
+MAX_THREADS = 64
+
+
+def check_threads(threads: object, where: str) -> int | None:
+    """A ``threads=`` argument: ``None`` (the default) or an ``int`` of at least 1 (capped at
+    :data:`MAX_THREADS`); anything else raises ``TypeError`` / ``ValueError`` naming it."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(
+            f"{where}: threads must be an int >= 1 or None, not {type(threads).__name__}"
+        )
+    if threads < 1:
+        raise ArgumentError(f"{where}: threads must be >= 1, got {threads}")
+    return min(threads, MAX_THREADS)
+
+
 def make_error(
     family: type[PromptRenderError],
     message: str,

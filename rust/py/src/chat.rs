@@ -759,16 +759,41 @@ impl PyChatTemplate {
             let Some(chat) = iter.next() else {
                 break;
             };
-            let chat = conversation_of(&chat?, index.map(|i| i + block.chats.len()))?;
-            if vars.plain.is_some() {
-                if let Some(range) = block.plain.conversation(&chat, c.keep_none) {
-                    block.chats.push(Chat::Plain(range));
-                    continue;
+            let at = index.map(|i| i + block.chats.len());
+            let read = Self::read_chat(c, vars, chat, at, block);
+            let chat = read.map_err(|e| match at {
+                // an error of the conversation's own reading names it (the ones that already
+                // start with "conversation N:" are left as they are)
+                Some(i) if !e.to_string().contains(&format!("conversation {i}:")) => {
+                    // Python 3.11+ exception notes; nothing is added before (or if adding fails)
+                    Python::attach(|py| {
+                        let note = format!("while reading conversation {i}");
+                        let _ = e.value(py).call_method1("add_note", (note,));
+                    });
+                    e
                 }
-            }
-            block.chats.push(Chat::Values(c.conversation(&chat)?));
+                _ => e,
+            })?;
+            block.chats.push(chat);
         }
         Ok(())
+    }
+
+    /// One conversation of a batch, read.
+    fn read_chat<'py>(
+        c: &Converter<'_, 'py>,
+        vars: &Vars,
+        chat: PyResult<Bound<'py, PyAny>>,
+        at: Option<usize>,
+        block: &mut Block,
+    ) -> PyResult<Chat> {
+        let chat = conversation_of(&chat?, at)?;
+        if vars.plain.is_some() {
+            if let Some(range) = block.plain.conversation(&chat, c.keep_none) {
+                return Ok(Chat::Plain(range));
+            }
+        }
+        Ok(Chat::Values(c.conversation(&chat)?))
     }
 }
 
