@@ -374,3 +374,25 @@ def test_chat_token_counter_counts_like_a_chat_model() -> None:
         message = [{"role": "user", "content": text}]
         want = hf.apply_chat_template(message, add_generation_prompt=True, return_dict=True)
         assert ours(text) == len(want["input_ids"]), text
+
+
+RAISES_ON_PRIME = (
+    "{% for m in messages %}{% if 'prime' in m['content'] %}"
+    "{{ raise_exception('no primes') }}{% endif %}{{ m['content'] }}{% endfor %}"
+)
+
+
+def test_chat_template_errors_name_the_test_row() -> None:
+    cfg = {
+        "prompt_template": {"template": {"round": [{"role": "HUMAN", "prompt": "{q}"}]}},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    rows = [{"q": "one"}, {"q": "two"}, {"q": "a prime"}, {"q": "four"}]
+    renderer = pw.DatasetRenderer(
+        cfg, {"input_columns": ["q"]}, chat_template=pw.ChatTemplate(RAISES_ON_PRIME)
+    )
+    with pytest.raises(pw.errors.ChatTemplateRaised, match=r"^no primes") as info:
+        renderer.render(rows)
+    assert info.value.conversation == 2
+    assert "while applying the chat template to test row 2" in info.value.__notes__

@@ -150,6 +150,30 @@ class _Job(NamedTuple):
     retriever: Any
 
 
+def _note_chat_row(exc: BaseException, nested: list[Any] | None) -> None:
+    """An error of the chat template's batch says which test row (and, for a row of several
+    requests, which request) it came from: the batch's conversation index, from the error
+    (``.conversation`` of ``raise_exception``, or ``conversation N`` in its message or notes),
+    mapped back to the row."""
+    index = getattr(exc, "conversation", None)
+    if not isinstance(index, int):
+        text = " ".join([str(exc), *(getattr(exc, "__notes__", None) or [])])
+        found = re.search(r"conversation (\d+)", text)
+        if found is None:
+            return
+        index = int(found.group(1))
+    if nested is None:
+        add_note(exc, f"while applying the chat template to test row {index}")
+        return
+    at = 0
+    for row, requests in enumerate(nested):
+        if index < at + len(requests):
+            note = f"while applying the chat template to test row {row} (request {index - at})"
+            add_note(exc, note)
+            return
+        at += len(requests)
+
+
 @contextlib.contextmanager
 def _row_note(i: int) -> Iterator[None]:
     """An exception raised inside says which test row it came from (Python 3.11+ notes)."""
@@ -738,9 +762,13 @@ class DatasetRenderer:
             texts = format_fastchat(conversations, self.fastchat_template)
         else:
             assert self.chat_template is not None
-            texts = self.chat_template.render_many(
-                conversations, add_generation_prompt=True, **self.chat_template_kwargs
-            )
+            try:
+                texts = self.chat_template.render_many(
+                    conversations, add_generation_prompt=True, **self.chat_template_kwargs
+                )
+            except Exception as exc:
+                _note_chat_row(exc, prompts if nested else None)
+                raise
             bos = self.chat_template.special_tokens.get("bos_token") if self.strip_bos else None
             if bos:
                 texts = [t.removeprefix(bos) for t in texts]
