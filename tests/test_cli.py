@@ -18,6 +18,7 @@ from _metas import CHATML
 from click.testing import CliRunner
 
 from promptweave import cli
+from promptweave.config import load_config
 
 # ---------------------------------------------------------------------------- fixtures
 
@@ -920,6 +921,50 @@ def test_out_with_a_trailing_slash_is_refused(work: Path) -> None:
     err = fails(work, "render", "string_cfg.py", "--data", "test.jsonl", "-o", "newdir/")
     assert "--out newdir/: ends with a slash (a directory); give a file name" in err
     assert not (work / "newdir").exists()
+
+
+def test_eval_config_renders_what_the_reference_runs(work: Path) -> None:
+    """An evaluation config imports stock lists but runs ``datasets`` x ``models``: those are
+    the ones rendered (not the first dataset or model the file mentions)."""
+    (work / "eval_cfg.py").write_text(
+        STRING_CFG
+        + "import copy\n"
+        + "zero = copy.deepcopy(string_datasets)\n"
+        + "zero[0]['abbr'] = 'changed'\n"
+        + "zero[0]['infer_cfg']['prompt_template']['template'] = "
+        + "dict(round=[dict(role='HUMAN', prompt='Changed: {question}')])\n"
+        + "other_models = [dict(abbr='other', meta_template=dict(round=[dict(role='HUMAN')]))]\n"
+        + "datasets = zero\n"
+        + MODEL_CFG.replace("models = ", "chosen = ")
+        + "models = chosen\n",
+        "utf-8",
+    )
+    cfg = load_config(work / "eval_cfg.py")
+    assert [d["abbr"] for d in cfg.run_datasets()] == ["changed"]
+    assert [m["abbr"] for m in cfg.run_models()] == ["chatml"]
+    result = ok(work, "render", "eval_cfg.py", "--data", "test.jsonl")
+    rec = records(result.stdout)[0]
+    assert rec["prompt"].startswith("<|im_start|>user\nChanged: ")
+    assert "using the first" not in result.stderr  # one dataset, one model: no choice made
+
+
+def test_dataset_config_lists_keep_the_reference_order(work: Path) -> None:
+    """``--datasets NAME`` reads every ``*_datasets`` list in the file's order, repeats kept."""
+    (work / "multi_cfg.py").write_text(
+        STRING_CFG
+        + "import copy\n"
+        + "b = copy.deepcopy(string_datasets[0]); b['abbr'] = 'b'\n"
+        + "b_datasets = [b]\n"
+        + "both_datasets = b_datasets + string_datasets\n",
+        "utf-8",
+    )
+    cfg = load_config(work / "multi_cfg.py")
+    assert [d["abbr"] for d in cfg.run_datasets()] == ["string", "b", "b", "string"]
+    assert [d["abbr"] for d in cfg.datasets()] == ["string", "b"]
+    rec = records(
+        ok(work, "render", "multi_cfg.py", "--data", "test.jsonl", "--dataset", "2").stdout
+    )
+    assert rec[0]["prompt"] == "Q: " + ROWS[0]["question"] + "\nA: "
 
 
 def test_csv_values_are_strings(work: Path) -> None:

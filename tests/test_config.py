@@ -175,6 +175,7 @@ class CorpusRun:
     full_equal: list[Path] = field(default_factory=list)
     full_diff: dict[Path, list[str]] = field(default_factory=dict)
     prompt_diff: dict[Path, list[str]] = field(default_factory=dict)
+    selection_diff: dict[Path, str] = field(default_factory=dict)
     datasets_compared: int = 0
 
     def summary(self) -> str:
@@ -209,6 +210,12 @@ def _run_corpus(files: list[Path]) -> CorpusRun:
             if mm is None:
                 run.excluded[path] = f"fails under mmengine only ({mm_error})"
                 continue
+            mine_sel = [_norm(d) for d in ours.run_datasets()]
+            theirs_sel = [_norm(d) for d in _reference_selection(mm)]
+            if mine_sel != theirs_sel:
+                run.selection_diff[path] = (
+                    f"{[d.get('abbr') for d in mine_sel]} vs {[d.get('abbr') for d in theirs_sel]}"
+                )
             mm_public = _public(mm)
             if set(mm_public) != set(ours):
                 run.full_diff[path] = sorted(set(mm_public) ^ set(ours))
@@ -231,6 +238,19 @@ def _run_corpus(files: list[Path]) -> CorpusRun:
             if prompt_bad:
                 run.prompt_diff[path] = prompt_bad
     return run
+
+
+def _reference_selection(mm: dict[str, Any]) -> list[Any]:
+    """The datasets OpenCompass/AISBench run from a config mmengine loaded: an evaluation
+    config's ``cfg['datasets']``; for ``--datasets NAME``, ``for k in cfg.keys(): if
+    k.endswith('_datasets'): datasets += cfg[k]`` (``opencompass/utils/run.py``,
+    ``ais_bench/benchmark/cli/config_manager.py``) -- dataset configs only."""
+    value = mm.get("datasets")
+    if isinstance(value, (list, tuple)):
+        picked = list(value)
+    else:
+        picked = [d for k in mm if k.endswith("_datasets") for d in mm[k]]
+    return [d for d in picked if isinstance(d, dict) and "infer_cfg" in d and "reader_cfg" in d]
 
 
 @functools.cache
@@ -309,6 +329,9 @@ def test_corpus_matches_mmengine(framework: str) -> None:
     run = _corpus(framework)
     print(f"\n[{framework}] {run.summary()}")
     assert not run.prompt_diff, f"prompt parts differ from mmengine:\n{_listing(run.prompt_diff)}"
+    assert not run.selection_diff, (
+        f"the datasets the reference runs differ:\n{_listing(run.selection_diff)}"
+    )
     assert not run.full_diff, f"configs differ from mmengine:\n{_listing(run.full_diff)}"
     assert run.datasets_compared >= len(run.full_equal)
     assert len(run.excluded) <= MAX_EXCLUDED, f"too many exclusions:\n{_listing(run.excluded)}"

@@ -433,7 +433,9 @@ def _dataset_name(ds: Mapping[str, Any], i: int) -> str:
 
 
 def _select_dataset(cfg: Any, selector: str | None, path: str) -> tuple[dict[str, Any], str]:
-    datasets: list[dict[str, Any]] = cfg.datasets()
+    # the reference's choice (an eval config's `datasets`, a dataset config's `*_datasets`),
+    # else every dataset config found in the file
+    datasets: list[dict[str, Any]] = cfg.run_datasets() or cfg.datasets()
     if not datasets:
         raise CliError(f"{path}: no dataset config in it (a dict with infer_cfg and reader_cfg)")
     names = [_dataset_name(ds, i) for i, ds in enumerate(datasets)]
@@ -461,7 +463,7 @@ def _select_dataset(cfg: Any, selector: str | None, path: str) -> tuple[dict[str
 
 def _first_model(cfg: Any, path: str, *, required: bool) -> tuple[dict[str, Any], str] | None:
     """The first model config of ``cfg`` and a name for it."""
-    models: list[dict[str, Any]] = cfg.models()
+    models: list[dict[str, Any]] = cfg.run_models() or cfg.models()
     if not models:
         if required:
             raise CliError(f"{path}: no model config in it (a `models` list or a meta_template)")

@@ -195,6 +195,32 @@ class Config(Mapping[str, Any]):
             visit(value)
         return found
 
+    def run_datasets(self) -> list[dict[str, Any]]:
+        """The datasets the reference runs from this file, in its order: an evaluation
+        config's ``datasets`` list; otherwise, as ``--datasets NAME`` reads a dataset config,
+        every list under a name ending in ``_datasets``, concatenated in the file's order
+        (a dataset under two such names is there twice). Entries that are not dataset configs
+        are left out. Empty when neither gives a dataset (see :meth:`datasets`)."""
+        value = self._data.get("datasets")
+        if isinstance(value, (list, tuple)):
+            picked = list(value)
+        else:
+            picked = [
+                item
+                for key, value in self._data.items()
+                if key.endswith("_datasets") and isinstance(value, (list, tuple))
+                for item in value
+            ]
+        return [d for d in picked if _is_dataset(d)]
+
+    def run_models(self) -> list[dict[str, Any]]:
+        """The models the reference runs from this file: its ``models`` list (of dicts);
+        empty when it has none (see :meth:`models`)."""
+        value = self._data.get("models")
+        if not isinstance(value, (list, tuple)):
+            return []
+        return [m for m in value if isinstance(m, dict)]
+
     def models(self) -> list[dict[str, Any]]:
         """Every model config: the dicts of ``models`` (or ``*_models``) lists and any top-level
         dict, or dict in a top-level list, that has a ``meta_template`` key."""
