@@ -772,3 +772,27 @@ def test_error_unreadable_and_circular(tmp_path: Path) -> None:
     b = _write(tmp_path / "b.py", "from .a import y\nx = 1\n")
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(b))}:1: ImportError: circular"):
         load_config(tmp_path / "a.py")
+
+
+def test_installed_package_before_a_users_configs_copy(tmp_path: Path) -> None:
+    """``from opencompass.configs.datasets... import`` is what the reference imports: the
+    installed package, not an edited copy in an enclosing ``configs`` directory (which is used
+    when the package is not installed, or when the directory is a copy of the package tree)."""
+    stock = configs_root("oc") / "datasets" / "gsm8k" / "gsm8k_gen_1d7fe4.py"
+    mine = tmp_path / "configs" / "datasets" / "gsm8k" / "gsm8k_gen_1d7fe4.py"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(stock.read_text("utf-8").replace("Question:", "EDITED:"), "utf-8")
+    (tmp_path / "configs" / "eval.py").write_text(
+        "from mmengine.config import read_base\n"
+        "with read_base():\n"
+        "    from opencompass.configs.datasets.gsm8k.gsm8k_gen_1d7fe4 import gsm8k_datasets\n",
+        "utf-8",
+    )
+    with _mmengine() as mm_load:
+        want = _norm(mm_load(tmp_path / "configs" / "eval.py")["gsm8k_datasets"])
+    got = load_config(tmp_path / "configs" / "eval.py")["gsm8k_datasets"]
+    assert _norm(got) == want
+    assert "EDITED:" not in repr(got)
+    # the copy is what a search_path names explicitly
+    edited = load_config(tmp_path / "configs" / "eval.py", search_path=[tmp_path / "configs"])
+    assert "EDITED:" in repr(edited["gsm8k_datasets"])

@@ -19,8 +19,10 @@ How the file is executed:
   file ``x.py`` and binds its top-level names. Absolute imports of config modules
   (``from opencompass.configs.datasets.mmlu.mmlu_gen import mmlu_datasets``,
   ``from ais_bench.benchmark.configs... import ...``) are resolved to files: against the
-  ``search_path`` directories, then against the enclosing ``configs`` directory of the config
-  being loaded, and last against an installed copy of the package (located without importing it).
+  ``search_path`` directories, then against an enclosing ``configs`` directory of the config
+  being loaded that sits in a copy of the package's tree (``.../opencompass/configs``), then
+  against an installed copy of the package (located without importing it; what the reference's
+  import finds), and last against any other enclosing ``configs`` directory.
   Like mmengine, every importing file gets its own execution of a base file, and the values it
   binds are structural copies (dicts become attribute-accessible dicts with mmengine's
   ``ConfigDict`` merge semantics), so mutating them never leaks into other files.
@@ -962,17 +964,19 @@ class _Session:
             candidates.append(directory / rel_full)
             if rel_cfg is not None:
                 candidates.append(directory / rel_cfg)
+        exact: list[Path] = []
+        loose: list[Path] = []
         if rel_cfg is not None:
             prefix = parts[: cut + 1]  # e.g. ['ais_bench', 'benchmark', 'configs']
-            exact: list[Path] = []
-            loose: list[Path] = []
             for start in (importer, self.root):
                 for ancestor in start.parents:
                     if ancestor.name != "configs":
                         continue
                     tail = ancestor.parts[-len(prefix) :]
                     (exact if list(tail) == prefix else loose).append(ancestor / rel_cfg)
-            candidates.extend(exact + loose)
+            candidates.extend(exact)
+        # the installed package (what the reference's import finds) before a `configs`
+        # directory that is not a copy of the package's own tree (a user's edited copies)
         try:
             spec = importlib.util.find_spec(parts[0])
         except (ImportError, ValueError):
@@ -980,6 +984,7 @@ class _Session:
         if spec is not None and spec.submodule_search_locations:
             for location in spec.submodule_search_locations:
                 candidates.append(Path(location).joinpath(*parts[1:-1], parts[-1] + ".py"))
+        candidates.extend(loose)
         unique: list[Path] = []
         for candidate in candidates:
             if candidate not in unique:
