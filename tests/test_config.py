@@ -796,3 +796,33 @@ def test_installed_package_before_a_users_configs_copy(tmp_path: Path) -> None:
     # the copy is what a search_path names explicitly
     edited = load_config(tmp_path / "configs" / "eval.py", search_path=[tmp_path / "configs"])
     assert "EDITED:" in repr(edited["gsm8k_datasets"])
+
+
+def test_or_merges_base_dicts_as_configdict(tmp_path: Path) -> None:
+    """``|`` and ``|=`` on a dict from a base config merge nested dicts (mmengine's
+    ``ConfigDict`` is an addict ``Dict``), where a plain dict's ``|`` would replace them."""
+    (tmp_path / "base.py").write_text(
+        "base_datasets = [dict(abbr='b', reader_cfg=dict(input_columns=['q']),\n"
+        "    infer_cfg=dict(prompt_template=dict(template='Q: {q}'), retriever=dict(k=1),\n"
+        "                   inferencer=dict(max_out_len=5)))]\n",
+        "utf-8",
+    )
+    (tmp_path / "main.py").write_text(
+        "from mmengine.config import read_base\n"
+        "with read_base():\n"
+        "    from .base import base_datasets\n"
+        "left = base_datasets[0] | dict(abbr='m', infer_cfg=dict(inferencer=dict(max_out_len=7)))\n"
+        "right = dict(abbr='r', infer_cfg=dict(extra=1)) | base_datasets[0]\n"
+        "untouched = base_datasets[0]['infer_cfg']['inferencer']['max_out_len']\n"
+        "cd = base_datasets[0]\n"
+        "cd |= dict(infer_cfg=dict(inferencer=dict(max_out_len=9)))\n"
+        "after = base_datasets[0]\n",
+        "utf-8",
+    )
+    with _mmengine() as mm_load:
+        want = _public(mm_load(tmp_path / "main.py"))
+    got = load_config(tmp_path / "main.py")
+    for key in ("left", "right", "untouched", "after"):
+        assert _norm(got[key]) == _norm(want[key]), key
+    assert got["left"]["infer_cfg"]["prompt_template"] == {"template": "Q: {q}"}
+    assert got["untouched"] == 5

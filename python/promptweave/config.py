@@ -669,6 +669,26 @@ class _AttrDict(dict[Any, Any]):
             else:
                 self[key] = value
 
+    # `|`, `|=` as addict's ``Dict`` (``ConfigDict``'s base): a structural copy of the left
+    # side, then the recursive update (nested dicts merged, not replaced as by ``dict``'s `|`)
+    def __or__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        new: _AttrDict = _export_copy(self)
+        new.update(other)
+        return new
+
+    def __ror__(self, other: Any) -> Any:
+        if not isinstance(other, dict):
+            return NotImplemented
+        new: _AttrDict = _export_copy(other)
+        new.update(self)
+        return new
+
+    def __ior__(self, other: Any) -> Any:
+        self.update(other)
+        return self
+
     def pop(self, key: Any, default: Any = None) -> Any:
         return super().pop(key, default)
 
