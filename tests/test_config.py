@@ -826,3 +826,11 @@ def test_or_merges_base_dicts_as_configdict(tmp_path: Path) -> None:
         assert _norm(got[key]) == _norm(want[key]), key
     assert got["left"]["infer_cfg"]["prompt_template"] == {"template": "Q: {q}"}
     assert got["untouched"] == 5
+
+
+def test_nul_byte_error_has_no_line_of_none(tmp_path: Path) -> None:
+    (tmp_path / "nul.py").write_bytes(b"x = 1\n\x00y = 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "nul.py")
+    assert str(info.value).startswith(f"{tmp_path / 'nul.py'}: ")
+    assert "None" not in str(info.value)
