@@ -846,8 +846,8 @@ class _Session:
                 code = compile(source, str(path), "exec", dont_inherit=True)
         except SyntaxError as exc:
             line = exc.lineno
-            where = f"{path}:{line}" if line is not None else str(path)  # (a NUL byte: no line)
-            raise _error(f"{where}: SyntaxError: {exc.msg}", path, line) from exc
+            at = f"{path}:{line}" if line is not None else str(path)  # (a NUL byte: no line)
+            raise _error(f"{at}: SyntaxError: {exc.msg}", path, line) from exc
         except ValueError as exc:  # e.g. source with null bytes
             raise _error(f"{path}: invalid config source: {exc}", path, None) from exc
         namespace: dict[str, Any] = {
