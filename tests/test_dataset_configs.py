@@ -1137,21 +1137,30 @@ def test_partial_indices_match_the_reference_reader(fw: str, reference: dict[str
     sizes: list[Any] = [None, 0, 1, 2, 3, 5, 7, 8, 9, -1, 0.1, 0.25, 0.5, 0.99, True]
     sizes += ["[0:3]", "[:5]", "[2:]", "[::3]", "[-3:]", "[1:-1]", "[ 4 : 1 : -1 ]", "[9:20]"]
     sizes += [1.0, 2.5, 3.0]  # the reference slices with these unless the split is smaller
+    # expressions the reference evaluates (`index_list{size}`): some select rows, some fail
+    # (OpenCompass raises; AISBench warns and keeps the whole split)
+    sizes += ["0:2", "[:2]+[4]", "[1:4][::-1]", "[::0]", "[:1e2]", "[1]", "[7]", "[1, -1]"]
+    sizes += ["[:len(index_list)//2]", "[i for i in index_list if i % 2]", "['a']"]
+    flavor = {"oc": "opencompass", "ais": "aisbench"}[fw]
     checked = failing = 0
     for total in (0, 1, 2, 5, 8, 13):
         hf = HFDataset.from_list([{"i": i} for i in range(total)])
         for size in sizes:
             try:
-                want = [r["i"] for r in load_partial(hf, size)]
-            except TypeError:
-                with pytest.raises(TypeError, match=r"test_range=.*fraction"):
-                    partial_indices(total, size, "test")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    want = [r["i"] for r in load_partial(hf, size)]
+            except Exception as exc:
+                with pytest.raises(type(exc), match=r"test_range="):
+                    partial_indices(total, size, "test", flavor)
                 failing += 1
                 continue
-            assert partial_indices(total, size, "test") == want, (total, size)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                assert partial_indices(total, size, "test", flavor) == want, (total, size)
             checked += 1
     assert checked > 100
-    assert failing > 5
+    assert failing > (5 if fw == "ais" else 30)
 
 
 @pytest.mark.parametrize("fw", ["oc", "ais"])
@@ -1234,8 +1243,9 @@ def test_from_loaded_like_base_dataset(fw: str, reference: dict[str, Any]) -> No
 def test_reader_range_errors_are_clear() -> None:
     from promptweave.errors import PromptTypeError, RetrieverError
 
-    with pytest.raises(RetrieverError, match=r"train_range='\[len\(x\)\]'.*slice"):
+    with pytest.raises(NameError, match=r"train_range='\[len\(x\)\]'.*evaluates") as info:
         partial_indices(5, "[len(x)]", "train")
+    assert isinstance(info.value, RetrieverError)
     with pytest.raises(RetrieverError, match="step cannot be zero"):
         partial_indices(5, "[::0]")
     with pytest.raises(PromptTypeError, match=r"test_range: expected .* got list"):

@@ -28,6 +28,7 @@ flavour they carry the reference's error code (``[ICLR-PARAM-004]`` ...).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import operator
@@ -178,12 +179,15 @@ def partial_indices(
       (a float in (0, 1) is a fraction: ``int(size * total)`` rows) drawn by shuffling the
       row numbers with ``random.Random(size)`` and taking the first ``size`` of them -- the
       same rows in the same (shuffled) order;
-    * a str: a slice of the row numbers, as ``'[0:64]'`` or ``'[:100]'`` (the reference
-      evaluates ``f'index_list{size}'``; promptweave evaluates no code and takes slices only).
+    * a str: ``index_list{size}`` with ``index_list`` the row numbers, as the reference
+      evaluates it: a slice such as ``'[0:64]'`` or ``'[:100]'`` is taken without evaluating
+      anything; another expression (``'[:2]+[4]'``) is evaluated (it is part of the config,
+      which is code too), and must give row numbers as ``Dataset.select`` takes them. Where
+      that fails, OpenCompass raises (the same builtin family here, a
+      :class:`~promptweave.errors.RetrieverError`), and AISBench warns and keeps every row.
 
     Raises a ``TypeError`` (:class:`~promptweave.errors.PromptTypeError`) for another type or
-    a float that is not a fraction (the reference fails slicing with it), and a ``ValueError``
-    (:class:`~promptweave.errors.RetrieverError`) for a str that is not a slice.
+    a float that is not a fraction (the reference fails slicing with it).
     """
     name = f"reader_cfg {split}_range"
     index_list = list(range(total))
@@ -205,16 +209,27 @@ def partial_indices(
         return index_list[:size]
     if isinstance(size, str):
         m = _RANGE_SLICE.match(size)
-        if m is None:
+        if m is not None:
+            start, stop, step = (None if g is None else int(g) for g in m.groups())
+            if step != 0:
+                return index_list[start:stop:step]
+        try:
+            return _evaluated_range(size, index_list)
+        except Exception as exc:
+            if flavor == AISBENCH:  # its reader catches everything and keeps the whole split
+                warnings.warn(
+                    f"Cannot parse size string: {size}, use entire dataset instead "
+                    f"({name}: {type(exc).__name__}: {exc})",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                return index_list
             raise make_error(
                 RetrieverError,
-                f"{name}={size!r}: expected a slice of the row numbers such as '[0:100]' "
-                "(promptweave does not evaluate other expressions)",
-            )
-        start, stop, step = (None if g is None else int(g) for g in m.groups())
-        if step == 0:
-            raise make_error(RetrieverError, f"{name}={size!r}: slice step cannot be zero")
-        return index_list[start:stop:step]
+                f"{name}={size!r}: the reference evaluates index_list{size}, which fails: "
+                f"{type(exc).__name__}: {exc}",
+                compat=type(exc),
+            ) from exc
     expected = "['NoneType', 'int', 'float', 'str']"
     raise make_error(
         PromptTypeError,
@@ -222,6 +237,27 @@ def partial_indices(
         compat=TypeError,
         code=_code(flavor, "UTILS-TYPE-001"),
     )
+
+
+def _evaluated_range(size: str, index_list: list[int]) -> list[int]:
+    """``dataset.select(eval(f'index_list{size}'))``'s row numbers: the expression evaluated
+    with ``index_list`` (and the builtins) in scope, then checked as ``Dataset.select`` checks
+    its indices (an iterable of ints within the split)."""
+    picked = eval("index_list" + size, {"__builtins__": builtins}, {"index_list": index_list})
+    total = len(index_list)
+    if total == 0:
+        return []  # (select on a dataset without rows checks nothing)
+    out: list[int] = []
+    for item in picked:  # (not iterable: TypeError, as select raises)
+        if isinstance(item, float):
+            raise IndexError("only integers are valid indices")
+        i = operator.index(item)  # TypeError for a str, a list, ...
+        if i < 0:
+            raise OverflowError("can't convert negative value to unsigned int")
+        if i >= total:
+            raise IndexError(f"Index {i} out of range for dataset of size {total}.")
+        out.append(i)
+    return out
 
 
 def _keep(
