@@ -33,6 +33,7 @@ from promptweave.chat_template import _plain
 from promptweave.errors import (
     ArgumentError,
     ChatInputError,
+    ChatTemplateError,
     ChatTemplateRaised,
     ChatTemplateRenderError,
     ChatTemplateSyntaxError,
@@ -1270,3 +1271,48 @@ def test_render_many_many_threads_are_capped() -> None:
     convs = [[{"role": "user", "content": f"c{i}"}] for i in range(5)]
     ct = ChatTemplate(SIMPLE_LOOP)
     assert ct.render_many(convs, threads=2**64) == [ct.render(c) for c in convs]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+ONE = [{"role": "user", "content": "hi"}]
+PER_MESSAGE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+BUILTIN_FAILURES = {
+    "floor-division-by-zero": ("{{ 1 // 0 }}", ONE),
+    "modulo-by-zero": ("{{ 1 % 0 }}", ONE),
+    "huge-range": ("{% for i in range(10**9) %}x{% endfor %}", ONE),
+    "recursive-macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ONE),
+    "huge-power": ("{{ 10 ** 100000 }}", ONE),
+    "deep-source": ("{{ " + "[" * 5000 + "]" * 5000 + " }}", ONE),
+    "deep-input": (PER_MESSAGE, [{"role": "user", "content": _nested(10**4)}]),
+}
+
+
+@pytest.mark.parametrize("case", list(BUILTIN_FAILURES))
+def test_failures_are_of_transformers_builtin_family(case: str, ref_tok: Any) -> None:
+    """Where transformers (Jinja2 running Python) raises a builtin exception, the error is also
+    of that builtin family (still a ``ChatTemplateError``)."""
+    import builtins
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    source, messages = BUILTIN_FAILURES[case]
+    with pytest.raises(Exception) as ref:  # noqa: PT011 (the reference's builtin is the point)
+        render_jinja_template([messages], chat_template=source)
+    family = next(c for c in type(ref.value).__mro__ if getattr(builtins, c.__name__, None) is c)
+    assert family is not Exception
+    with pytest.raises(ChatTemplateError) as ours:
+        ChatTemplate(source).render(messages)
+    assert isinstance(ours.value, family), (type(ours.value).__mro__, family)
+
+
+def test_out_of_fuel_is_a_memory_error() -> None:
+    """A template that asks for more than one render may use (transformers tries to build a
+    10 GB string and raises MemoryError, or runs forever) is a MemoryError here."""
+    with pytest.raises(MemoryError):
+        ChatTemplate("{{ 'x' * 10**10 }}").render(ONE)

@@ -162,6 +162,39 @@ class ChatInputError(ChatTemplateError, ValueError):
     e.g. ``continue_final_message`` with ``add_generation_prompt`` or on an empty chat."""
 
 
+#: what transformers (Jinja2 running Python) raises where the template engine reports these:
+#: (message fragment, the builtin exception of the same failure there)
+_CHAT_BUILTINS: tuple[tuple[str, type[BaseException]], ...] = (
+    ("nested too deeply", RecursionError),
+    ("recursion limit", RecursionError),
+    ("maximum recursion", RecursionError),
+    ("range has too many elements", OverflowError),
+    ("MemoryError:", MemoryError),
+    (" // 0", ZeroDivisionError),
+    (" / 0", ZeroDivisionError),
+    (" % 0", ZeroDivisionError),
+    (" ** ", ValueError),  # a power too large for Python to print (its digit limit)
+)
+
+
+def chat_error(kind: str, message: str, conversation: int | None = None) -> ChatTemplateError:
+    """The exception for a chat template failure of ``kind`` (``syntax``, ``render``,
+    ``input``, ``raised``), of the builtin family transformers raises for the same failure
+    where it raises a builtin (a ``ZeroDivisionError`` for ``1 // 0``, a ``RecursionError`` for
+    a runaway recursion, ...), so that code catching those keeps catching them."""
+    if kind == "raised":
+        return ChatTemplateRaised(message, conversation)
+    family: type[ChatTemplateError] = {
+        "syntax": ChatTemplateSyntaxError,
+        "input": ChatInputError,
+    }.get(kind, ChatTemplateRenderError)
+    for fragment, builtin in _CHAT_BUILTINS:
+        if fragment in message:
+            cls: type[ChatTemplateError] = _combined(family, builtin)
+            return cls(message)
+    return family(message)
+
+
 class DoubleBosWarning(UserWarning):
     """The rendered chat starts with the BOS token and the tokenizer will add another one."""
 

@@ -25,12 +25,33 @@ fn chat_err(err: ChatError, conversation: Option<usize>) -> PyErr {
         None => m,
     };
     match err {
-        ChatError::Syntax(m) => ChatTemplateSyntaxError::new_err(at(m)),
+        ChatError::Syntax(m) => py_chat_error("syntax", at(m), None),
         // the template's own message, verbatim, as transformers raises it
-        ChatError::Raised(m) => ChatTemplateRaised::new_err((m, conversation)),
-        ChatError::Render(m) => ChatTemplateRenderError::new_err(at(m)),
-        ChatError::Input(m) => ChatInputError::new_err(at(m)),
+        ChatError::Raised(m) => py_chat_error("raised", m, conversation),
+        ChatError::Render(m) => py_chat_error("render", at(m), None),
+        ChatError::Input(m) => py_chat_error("input", at(m), None),
     }
+}
+
+/// The exception `promptweave.errors.chat_error(kind, message, conversation)` makes: the
+/// chat error class of `kind`, of the builtin family transformers raises for the same failure
+/// where it raises one. (If that call fails, the plain class.)
+fn py_chat_error(kind: &str, message: String, conversation: Option<usize>) -> PyErr {
+    Python::attach(|py| {
+        let made = py
+            .import("promptweave.errors")
+            .and_then(|m| m.getattr("chat_error"))
+            .and_then(|f| f.call1((kind, message.as_str(), conversation)));
+        match made {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(_) => match kind {
+                "syntax" => ChatTemplateSyntaxError::new_err(message),
+                "raised" => ChatTemplateRaised::new_err((message, conversation)),
+                "input" => ChatInputError::new_err(message),
+                _ => ChatTemplateRenderError::new_err(message),
+            },
+        }
+    })
 }
 
 struct Converter<'a, 'py> {
@@ -42,9 +63,11 @@ struct Converter<'a, 'py> {
 impl<'py> Converter<'_, 'py> {
     fn value(&self, obj: &Bound<'py, PyAny>, depth: usize) -> PyResult<Value> {
         if depth > MAX_DEPTH {
-            return Err(ChatInputError::new_err(format!(
-                "chat template input is nested too deeply (more than {MAX_DEPTH} levels)"
-            )));
+            return Err(py_chat_error(
+                "input",
+                format!("chat template input is nested too deeply (more than {MAX_DEPTH} levels)"),
+                None,
+            ));
         }
         if obj.is_none() {
             return Ok(Value::from(()));
