@@ -132,7 +132,9 @@ class ChatTemplateError(PromptRenderError):
 
     transformers raises ``jinja2`` exceptions at the same places (``TemplateSyntaxError``,
     ``TemplateError``, ``UndefinedError``); those derive from ``Exception`` only, and so does
-    this family.
+    this family. Where transformers raises a Python builtin instead (``ZeroDivisionError``,
+    ``RecursionError``, ``OverflowError``, ...), the error is also of that builtin family
+    (:func:`chat_error`).
     """
 
 
