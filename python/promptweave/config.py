@@ -672,18 +672,10 @@ class _AttrDict(dict[Any, Any]):
     # `|`, `|=` as addict's ``Dict`` (``ConfigDict``'s base): a structural copy of the left
     # side, then the recursive update (nested dicts merged, not replaced as by ``dict``'s `|`)
     def __or__(self, other: Any) -> Any:
-        if not isinstance(other, dict):
-            return NotImplemented
-        new: _AttrDict = _export_copy(self)
-        new.update(other)
-        return new
+        return _merged(self, other) if isinstance(other, dict) else NotImplemented
 
     def __ror__(self, other: Any) -> Any:
-        if not isinstance(other, dict):
-            return NotImplemented
-        new: _AttrDict = _export_copy(other)
-        new.update(self)
-        return new
+        return _merged(other, self) if isinstance(other, dict) else NotImplemented
 
     def __ior__(self, other: Any) -> Any:
         self.update(other)
@@ -712,6 +704,13 @@ class _AttrDict(dict[Any, Any]):
         """``addict.Dict.to_dict``: a plain-dict deep conversion."""
         result: dict[Any, Any] = _to_builtin(self)
         return result
+
+
+def _merged(left: dict[Any, Any], right: dict[Any, Any]) -> _AttrDict:
+    """``left | right`` of config dicts: a structural copy of ``left`` updated recursively."""
+    new: _AttrDict = _export_copy(left)
+    new.update(right)
+    return new
 
 
 def _to_builtin(value: Any) -> Any:
