@@ -1328,13 +1328,15 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--dataset",
             "dataset",
             metavar="ABBR|INDEX",
-            help="Which dataset of the config (by abbr or index; default: the first).",
+            help="Which dataset of the config, by abbr or index among those the reference "
+            "runs from it (an eval config's datasets, else its *_datasets lists in order); "
+            "default: the first.",
         ),
         click.option(
             "--model",
             metavar="MODEL_CONFIG",
             help="Model config (.py) whose meta_template to use (default: the first model of "
-            "DATASET_CONFIG, if it has one).",
+            "DATASET_CONFIG's models list, if it has one).",
         ),
         click.option(
             "--meta-template",
