@@ -339,3 +339,13 @@ def test_pool_method_prefix_property() -> None:
         three = make_prompt([E1, E2, E3], PromptConfig(), 3, seed, False)
         two = make_prompt([E1, E2, E3], PromptConfig(), 2, seed, False)
         assert three.startswith(two)
+
+
+@pytest.mark.parametrize(("seed", "family"), [("\ud800", ValueError), ([1], TypeError)])
+def test_a_bad_seed_is_named_as_the_seed(seed: Any, family: type[Exception]) -> None:
+    """A seed ``random.Random`` refuses raises its builtin family, and says the seed is at
+    fault (not ``num_prompt_examples``)."""
+    examples = [Example(question=f"q{i}", answer=f"a{i}", thought=f"t{i}") for i in range(2)]
+    with pytest.raises(family, match="seed") as info:
+        make_prompt(examples, PromptConfig(), 1, seed, False)
+    assert "num_prompt_examples" not in str(info.value)

@@ -124,9 +124,17 @@ def _sample(population: Any, num: Any, seed: Any) -> list[Any]:
     -1``) with clearer errors."""
     k = num
     try:
+        rng = random.Random(seed)
+    except (ValueError, TypeError) as exc:  # e.g. a str seed with a lone surrogate
+        raise make_error(
+            ArgumentError if isinstance(exc, ValueError) else PromptTypeError,
+            f"seed {seed!r} cannot seed random.Random: {exc}",
+            compat=ValueError if isinstance(exc, ValueError) else TypeError,
+        ) from exc
+    try:
         if num == -1:
             k = len(population)
-        return random.Random(seed).sample(population, k)
+        return rng.sample(population, k)
     except ValueError as exc:
         raise make_error(
             ArgumentError,
