@@ -490,3 +490,27 @@ def _raised(fn: Any) -> BaseException:
     except Exception as exc:  # any exception: its family is what is compared
         return exc
     raise AssertionError("no exception raised")
+
+
+@pytest.mark.parametrize("parser", ["lm", "api"])
+def test_bad_meta_text_reached_through_a_fallback_role_names_that_role(parser: str) -> None:
+    """A prompt role missing from the meta template speaks as its fallback role: a bad
+    ``begin`` there is that meta role's, and the message says so."""
+    import promptweave as pw
+
+    prompt = pw.PromptList(
+        [
+            {"section": "begin", "pos": "begin"},
+            {"role": "SYSTEM", "fallback_role": "HUMAN", "prompt": "sys"},
+            {"section": "begin", "pos": "end"},
+            {"section": "round", "pos": "begin"},
+            {"role": "HUMAN", "prompt": "q"},
+            {"section": "round", "pos": "end"},
+        ]
+    )
+    meta = {"round": [{"role": "HUMAN", "begin": 5}, {"role": "BOT", "generate": True}]}
+    if parser == "api":
+        meta = {"round": [dict(r, api_role=r["role"]) for r in meta["round"]]}
+    cls = pw.LMTemplateParser if parser == "lm" else pw.APITemplateParser
+    with pytest.raises(TypeError, match=r"role 'SYSTEM' \(the meta template's role 'HUMAN'"):
+        cls(meta).parse_template(prompt, mode="gen")

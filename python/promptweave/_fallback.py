@@ -1038,22 +1038,23 @@ class _LMWalker(_Walker):
     ) -> tuple[str, bool]:
         merged = self.merged_role(node, role_dict, where)
         begin = merged.get("begin", "")
+        who = _role_source(node, role_dict)
         if for_gen and merged.get("generate", False):
             if not isinstance(begin, str):
-                self._bad_text(merged, "begin", begin)
+                self._bad_text(who, "begin", begin)
             return begin, False
         text = merged.get("prompt", "")
         end = merged.get("end", "")
         for key, value in (("prompt", text), ("end", end), ("begin", begin)):
             if not isinstance(value, str):
-                self._bad_text(merged, key, value)
+                self._bad_text(who, key, value)
         return begin + text + end, True
 
     @staticmethod
-    def _bad_text(merged: dict[str, Any], key: str, value: Any) -> NoReturn:
+    def _bad_text(who: str, key: str, value: Any) -> NoReturn:
         raise make_error(
             PromptTypeError,
-            f"the {key!r} of role {merged.get('role')!r} is of type {_tname(value)} ({value!r}); "
+            f"the {key!r} of {who} is of type {_tname(value)} ({value!r}); "
             "role texts must be str",
             compat=TypeError,
             path=key,
@@ -1096,6 +1097,20 @@ class _LMWalker(_Walker):
                 )
             result += end
         return result
+
+
+def _role_source(node: Any, role_dict: Mapping[Any, Any]) -> str:
+    """``role 'X'``, and where its texts came from when that is its fallback role's entry of
+    the meta template (``X`` is not one of the meta template's roles)."""
+    role = node.get("role") if isinstance(node, dict) else None
+    fallback = node.get("fallback_role") if isinstance(node, dict) else None
+    try:
+        own = role in role_dict
+    except TypeError:  # an unhashable role
+        own = True
+    if own or fallback is None:
+        return f"role {role!r}"
+    return f"role {role!r} (the meta template's role {fallback!r}, its fallback_role)"
 
 
 def lm_parse(p: ParserLike, prompt: Any, mode: str) -> str:
@@ -1179,8 +1194,8 @@ class _APIWalker(_Walker):
         except TypeError as exc:
             raise make_error(
                 PromptTypeError,
-                f"cannot build the text of role {merged.get('role')!r}: begin/prompt/end must "
-                f"be str ({exc})",
+                f"cannot build the text of {_role_source(node, role_dict)}: begin/prompt/end "
+                f"must be str ({exc})",
                 compat=TypeError,
                 path=where,
             ) from exc
