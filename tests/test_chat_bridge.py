@@ -357,23 +357,26 @@ def test_chat_token_counter_counts_like_a_chat_model() -> None:
     transformers = pytest.importorskip("transformers")
     from promptweave.tokens import chat_token_counter
 
-    vocab = {"<unk>": 0, "user": 1, "assistant": 2, "hello": 3}
+    vocab = {"<unk>": 0, "user": 1, "assistant": 2, "hello": 3, "<|begin_of_text|>": 4}
     tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
     tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    # a Llama-style post-processor: encoding with special tokens adds BOS (the count must not)
+    tk.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 4)]
+    )
     hf = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tk,
         bos_token="<|begin_of_text|>",
         eos_token="<|eot_id|>",
         chat_template=LLAMA3,
     )
-    ours = chat_token_counter(
-        pw.ChatTemplate(LLAMA3, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>"),
-        hf.backend_tokenizer,
-    )
-    for text in ["", "hello", "hello world, 中文 <|eot_id|> x", "a\nb\n\n  c", "Q: 1+1?\nA: 2"]:
-        message = [{"role": "user", "content": text}]
-        want = hf.apply_chat_template(message, add_generation_prompt=True, return_dict=True)
-        assert ours(text) == len(want["input_ids"]), text
+    template = pw.ChatTemplate(LLAMA3, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")
+    for tokenizer in (hf.backend_tokenizer, hf):  # a tokenizers.Tokenizer, a transformers one
+        ours = chat_token_counter(template, tokenizer)
+        for text in ["", "hello", "hello world, 中文 <|eot_id|> x", "a\nb\n\n  c", "Q: 1+1?\nA: 2"]:
+            message = [{"role": "user", "content": text}]
+            want = hf.apply_chat_template(message, add_generation_prompt=True, return_dict=True)
+            assert ours(text) == len(want["input_ids"]), (type(tokenizer), text)
 
 
 RAISES_ON_PRIME = (

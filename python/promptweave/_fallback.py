@@ -1054,8 +1054,7 @@ class _LMWalker(_Walker):
     def _bad_text(who: str, key: str, value: Any) -> NoReturn:
         raise make_error(
             PromptTypeError,
-            f"the {key!r} of {who} is of type {_tname(value)} ({value!r}); "
-            "role texts must be str",
+            f"the {key!r} of {who} is of type {_tname(value)} ({value!r}); role texts must be str",
             compat=TypeError,
             path=key,
         )

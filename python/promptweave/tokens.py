@@ -46,12 +46,18 @@ def chat_token_counter(chat_template: Any, tokenizer: Any) -> TokenCounter:
     template") count a prompt for ``max_seq_len``: the prompt's text as one user message,
     rendered by the chat template with ``add_generation_prompt=True`` and tokenized without
     adding special tokens. ``chat_template``: a :class:`~promptweave.ChatTemplate`;
-    ``tokenizer``: a ``tokenizers.Tokenizer`` (or anything :func:`as_token_counter` takes,
-    then counted as it counts)."""
+    ``tokenizer``: a ``tokenizers.Tokenizer`` or a transformers tokenizer (both without
+    special tokens added, as the reference counts), or anything :func:`as_token_counter`
+    takes, then counted as it counts."""
     encode = getattr(tokenizer, "encode", None)
     count: TokenCounter
-    if encode is not None and type(tokenizer).__module__.startswith("tokenizers"):
+    module = type(tokenizer).__module__
+    if encode is not None and module.startswith("tokenizers"):
         count = lambda text: len(encode(text, add_special_tokens=False).ids)  # noqa: E731
+    elif encode is not None and module.startswith("transformers"):
+        # (a PreTrainedTokenizer[Fast]: encode() returns the ids; its post-processor would add
+        # BOS/EOS, which apply_chat_template(tokenize=True) does not)
+        count = lambda text: len(encode(text, add_special_tokens=False))  # noqa: E731
     else:
         count = as_token_counter(tokenizer)
 
