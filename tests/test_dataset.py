@@ -664,3 +664,18 @@ def test_threads_checked(threads: Any, error: type[Exception]) -> None:
             {"input_columns": ["q"], "output_column": "a"},
             threads=threads,
         )
+
+
+def test_chat_inferencer_splits_str_input_columns() -> None:
+    """``input_columns='q c'`` is two columns (the reference's ``DatasetReader`` splits a str on
+    whitespace), in the ChatInferencer flow too."""
+    dialogue = {"round": [{"role": "HUMAN", "prompt": "Q: {q}"}, {"role": "BOT", "prompt": "{a}"}]}
+    rows = [{"q": "what is 2+2", "c": "ctx", "a": "4"}]
+    cfg: dict[str, Any] = {
+        "prompt_template": {"template": dialogue},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": "ChatInferencer", "infer_mode": "last"},
+    }
+    as_str = pw.DatasetRenderer(cfg, {"input_columns": "q c", "output_column": "a"})
+    as_list = pw.DatasetRenderer(cfg, {"input_columns": ["q", "c"], "output_column": "a"})
+    assert as_str.render(rows).prompts == as_list.render(rows).prompts == [["Q: what is 2+2"]]

@@ -956,7 +956,8 @@ class DatasetRenderer:
                 if given is None:
                     columns = [c for c in row if c != self.output_column]
                 else:
-                    columns = [given] if isinstance(given, str) else list(given)
+                    # (a str is split on whitespace, as the reference's DatasetReader does)
+                    columns = given.split() if isinstance(given, str) else list(given)
                 chat = chats.build_chat(row, columns, self.output_column, self.template)
                 chats.infer(chat, i, _IGNORED_OUTPUT)
             prompts.append(list(requests))
