@@ -679,3 +679,31 @@ def test_chat_inferencer_splits_str_input_columns() -> None:
     as_str = pw.DatasetRenderer(cfg, {"input_columns": "q c", "output_column": "a"})
     as_list = pw.DatasetRenderer(cfg, {"input_columns": ["q", "c"], "output_column": "a"})
     assert as_str.render(rows).prompts == as_list.render(rows).prompts == [["Q: what is 2+2"]]
+
+
+@pytest.mark.parametrize("inferencer", ["ChatMLInferencer", "ParallelChatMLInferencer"])
+def test_chatml_inferencer_is_refused(inferencer: str) -> None:
+    """ChatMLInferencer builds each row's prompt from the row's ``chatml_question`` messages:
+    rendering the config's prompt template instead would be the wrong prompt."""
+    cfg = {
+        "prompt_template": {"template": "Q: {q}"},
+        "retriever": {"type": "ZeroRetriever"},
+        "inferencer": {"type": inferencer},
+    }
+    with pytest.raises(pw.errors.TemplateError, match="chatml_question"):
+        pw.DatasetRenderer(cfg, {"input_columns": ["q"], "output_column": "a"})
+
+
+def test_parallel_chat_inferencer_is_the_chat_flow() -> None:
+    dialogue = {"round": [{"role": "HUMAN", "prompt": "Q: {q}"}, {"role": "BOT", "prompt": "{a}"}]}
+    rows = [{"q": "x", "a": "y"}]
+
+    def render(name: str) -> Any:
+        cfg = {
+            "prompt_template": {"template": dialogue},
+            "retriever": {"type": "ZeroRetriever"},
+            "inferencer": {"type": name, "infer_mode": "last"},
+        }
+        return pw.DatasetRenderer(cfg, {"input_columns": ["q"], "output_column": "a"}).render(rows)
+
+    assert render("ParallelChatInferencer").prompts == render("ChatInferencer").prompts

@@ -67,6 +67,13 @@ _MODEL_BUILT_PROMPTS = {
     "ToTInferencer": "the thoughts the model generates and evaluates",
     "BFCLV3FunctionCallInferencer": "the tool calls the model makes and their executed results",
 }
+#: inferencers whose prompts are built from something promptweave does not model
+_NOT_MODELLED = {
+    "ChatMLInferencer": "each row's own chatml_question messages (not the prompt template)",
+    "ParallelChatMLInferencer": "each row's own chatml_question messages (not the prompt template)",
+}
+#: OpenCompass's ChatInferencer and its parallel variant (the same chats)
+_CHAT_INFERENCERS = ("ChatInferencer", "ParallelChatInferencer")
 _SLOT = re.compile(r"\{([^{}]*)\}")
 
 
@@ -345,7 +352,13 @@ class DatasetRenderer:
                 "they cannot be rendered from the dataset. To see the prompt template's prompts, "
                 "render the config with its inferencer set to GenInferencer",
             )
-        if inferencer == "ChatInferencer":
+        if inferencer in _NOT_MODELLED:
+            raise make_error(
+                TemplateError,
+                f"{inferencer} builds its prompts from {_NOT_MODELLED[inferencer]}, which "
+                "promptweave does not render",
+            )
+        if inferencer in _CHAT_INFERENCERS:
             # OpenCompass's ChatInferencer: one chat per row (from the prompt template, if any,
             # or the columns), its requests per infer_mode; in-context examples are not used
             if self.flavor != OPENCOMPASS:
