@@ -967,6 +967,27 @@ def test_dataset_config_lists_keep_the_reference_order(work: Path) -> None:
     assert rec[0]["prompt"] == "Q: " + ROWS[0]["question"] + "\nA: "
 
 
+def test_jsonl_numbers_are_typed_as_the_json_loader_types_them(work: Path) -> None:
+    """A JSONL column of ints and floats loads as one float column (HuggingFace's JSON loader,
+    Arrow), and so do lists of numbers: the prompt shows ``10.0`` and ``[7.0]``."""
+    datasets = pytest.importorskip("datasets", reason="datasets (the reference loader) missing")
+    rows = [
+        {"question": 10, "A": [7], "B": "x", "answer": "A"},
+        {"question": 1.5, "A": [2.5, 1], "B": "y", "answer": "B"},
+        {"question": 7, "A": None, "B": "z", "answer": "A"},
+    ]
+    write_jsonl(work / "nums.jsonl", rows)
+    loaded = datasets.load_dataset("json", data_files=str(work / "nums.jsonl"), split="train")
+    want = [f"Q: {r['question']}\nA: " for r in loaded.to_list()]
+    assert want[0] == "Q: 10.0\nA: "
+    got = [
+        r["prompt"]
+        for r in records(ok(work, "render", "string_cfg.py", "--data", "nums.jsonl").stdout)
+    ]
+    assert got == want
+    assert cli.uniform_columns(rows)[1]["A"] == loaded.to_list()[1]["A"] == [2.5, 1.0]
+
+
 def test_csv_values_are_strings(work: Path) -> None:
     (work / "n.csv").write_text("question,A,B,answer\n1,2,3,A\n", "utf-8")
     csv_rec = records(ok(work, "render", "string_cfg.py", "--data", "n.csv").stdout)[0]

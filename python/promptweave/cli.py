@@ -217,17 +217,57 @@ def _read_json(p: Path, name: str) -> list[Row]:
 def uniform_columns(rows: list[Row]) -> list[Row]:
     """The rows as a table with one set of columns, as a dataset loaded by HuggingFace's JSON
     loader has them: every column any row has, in the order they first appear, a row's missing
-    values ``None`` (rows that already share their columns, in one order, are kept as they
-    are)."""
+    values ``None``, and each column of one Arrow type (:func:`_arrow_numbers`: a column of
+    ints and floats holds floats). Rows that already share their columns, in one order, and
+    need no number changed are kept as they are."""
     if not rows:
         return rows
     first = list(rows[0])
-    if all(list(row) == first for row in rows):
+    same = all(list(row) == first for row in rows)
+    names: dict[str, None] = dict.fromkeys(first)
+    if not same:
+        for row in rows:
+            names.update(dict.fromkeys(row))
+    columns = {name: _arrow_numbers([row.get(name) for row in rows]) for name in names}
+    changed = {name for name, values in columns.items() if values is not None}
+    if same and not changed:
         return rows
-    names: dict[str, None] = {}
-    for row in rows:
-        names.update(dict.fromkeys(row))
-    return [{name: row.get(name) for name in names} for row in rows]
+    out = [{name: row.get(name) for name in names} for row in rows]
+    for name in changed:
+        values = columns[name]
+        assert values is not None
+        for row, value in zip(out, values, strict=True):
+            row[name] = value
+    return out
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _arrow_numbers(values: list[Any]) -> list[Any] | None:
+    """The column as Arrow types it when it loads the data: ints and floats in one column (or
+    in the lists of a column of lists of numbers) become one ``double`` column, so the ints
+    come back as floats (``10`` prints ``10.0`` in the reference's prompt). ``None`` when
+    nothing changes (no float, or a column Arrow would not type as numbers)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if all(_is_number(v) for v in present):
+        if all(type(v) is int for v in present):
+            return None
+        return [float(v) if type(v) is int else v for v in values]
+    if all(type(v) is list for v in present):
+        leaves = [x for v in present for x in v if x is not None]
+        if not leaves or not all(_is_number(x) for x in leaves):
+            return None
+        if all(type(x) is int for x in leaves):
+            return None
+        return [
+            [float(x) if type(x) is int else x for x in v] if v is not None else None
+            for v in values
+        ]
+    return None
 
 
 def _read_csv(
