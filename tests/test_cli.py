@@ -988,6 +988,21 @@ def test_jsonl_numbers_are_typed_as_the_json_loader_types_them(work: Path) -> No
     assert cli.uniform_columns(rows)[1]["A"] == loaded.to_list()[1]["A"] == [2.5, 1.0]
 
 
+def test_dict_order_is_the_runs_unless_source_order(work: Path) -> None:
+    """The framework's run dumps the config and reads it back, which sorts every dict's keys:
+    the ppl labels come in that order (and the reference picks the first label on a tie);
+    ``--source-order`` keeps the file's order."""
+    template = "{'C': 'Q: {question} C', 'A': 'Q: {question} A', 'B': 'Q: {question} B'}"
+    (work / "labels_cfg.py").write_text(
+        PPL_CFG.replace(f"template={PPL_TEMPLATE!r}", f"template={template}"), "utf-8"
+    )
+    run_order = records(ok(work, "render", "labels_cfg.py", "--data", "test.jsonl").stdout)
+    assert list(run_order[0]["prompts"]) == ["A", "B", "C"]
+    assert run_order[0]["prompts"]["C"] == "Q: " + ROWS[0]["question"] + " C"
+    args = ("render", "labels_cfg.py", "--data", "test.jsonl", "--source-order")
+    assert list(records(ok(work, *args).stdout)[0]["prompts"]) == ["C", "A", "B"]
+
+
 def test_csv_values_are_strings(work: Path) -> None:
     (work / "n.csv").write_text("question,A,B,answer\n1,2,3,A\n", "utf-8")
     csv_rec = records(ok(work, "render", "string_cfg.py", "--data", "n.csv").stdout)[0]

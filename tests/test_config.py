@@ -37,7 +37,14 @@ from typing import Any
 import pytest
 from _wheels import REQUIRE_REFERENCE, configs_root
 
-from promptweave.config import CallRef, Config, TypeRef, load_config, meta_template_of
+from promptweave.config import (
+    CallRef,
+    Config,
+    TypeRef,
+    as_dumped,
+    load_config,
+    meta_template_of,
+)
 from promptweave.errors import ConfigError, PromptRenderError
 
 PYTHON_DIR = Path(__file__).resolve().parent.parent / "python"
@@ -834,3 +841,34 @@ def test_nul_byte_error_has_no_line_of_none(tmp_path: Path) -> None:
         load_config(tmp_path / "nul.py")
     assert str(info.value).startswith(f"{tmp_path / 'nul.py'}: ")
     assert "None" not in str(info.value)
+
+
+def _key_orders(value: Any) -> Any:
+    """The value with every dict replaced by its list of (key, ...) pairs: compares orders."""
+    if isinstance(value, dict):
+        return [(k, _key_orders(v)) for k, v in dict.items(value)]
+    if type(value) in (list, tuple):
+        return [_key_orders(v) for v in value]
+    return value
+
+
+def test_as_dumped_is_the_order_after_the_runs_dump_and_reload(tmp_path: Path) -> None:
+    """OpenCompass and AISBench dump the config and load it back before running it: every
+    dict's keys come back sorted by ``str(key)``. ``as_dumped`` gives that order."""
+    (tmp_path / "cfg.py").write_text(
+        "labels = {'C': 'c {q}', 'A': 'a {q}', 'B': {'round': [dict(role='HUMAN', prompt='b')]}}\n"
+        "nums = {2: 'two', 10: 'ten', 1: 'one'}\n"
+        "messages = [dict(role='system', name='n', content='Be brief.'), ('x', dict(z=1, y=2))]\n"
+        "meta = dict(round=[dict(role='HUMAN', begin='<u>', end='</u>')], begin='B')\n",
+        "utf-8",
+    )
+    with _mmengine() as mm_load:
+        from mmengine.config import Config as MMConfig
+
+        MMConfig.fromfile(str(tmp_path / "cfg.py")).dump(str(tmp_path / "dumped.py"))
+        reloaded = _public(mm_load(tmp_path / "dumped.py"))
+    ours = load_config(tmp_path / "cfg.py")
+    for key in ("labels", "nums", "messages", "meta"):
+        assert _key_orders(as_dumped(ours[key])) == _key_orders(reloaded[key]), key
+    assert list(as_dumped(ours["labels"])) == ["A", "B", "C"]
+    assert list(ours["labels"]) == ["C", "A", "B"]  # the loaded config keeps the file's order

@@ -784,13 +784,20 @@ def _prepare(
     rows_as_given: bool = False,
     ice_indices: str | None = None,
     columns: str | None = None,
+    source_order: bool = False,
 ) -> _Job:
+    from promptweave.config import as_dumped
     from promptweave.dataset import DatasetRenderer
     from promptweave.tokens import as_token_counter
 
     cfg = _load_config(config)
     ds, name = _select_dataset(cfg, dataset, config)
     meta, model_name, model_cfg = _meta_template(model, meta_template, cfg, config)
+    if not source_order:
+        # what the framework's run renders from: the config written out and read back, every
+        # dict's keys sorted (a label dict's labels, a raw message's keys)
+        ds, meta = as_dumped(ds), as_dumped(meta)
+        model_cfg = as_dumped(model_cfg) if model_cfg is not None else None
     prompting = None
     gen = False
     if model_cfg is not None:
@@ -1425,6 +1432,14 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "HuggingFace's JSON loader makes it), prepared as the reference's BaseDataset and "
             "DatasetReader do: subdivision/idx columns, the dataset's n repetitions, "
             "reader_cfg's train_range / test_range.",
+        ),
+        click.option(
+            "--source-order",
+            is_flag=True,
+            help="Keep the config's dicts in the order the file writes them. By default they "
+            "are in the order the framework's run has them: OpenCompass and AISBench write the "
+            "config out and read it back before running, which sorts every dict's keys (a "
+            "label dict's labels, a raw message's keys).",
         ),
         click.option(
             "--strict",

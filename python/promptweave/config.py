@@ -63,6 +63,7 @@ __all__ = [
     "Config",
     "ModelPrompting",
     "TypeRef",
+    "as_dumped",
     "load_config",
     "meta_template_of",
     "model_prompting",
@@ -254,6 +255,20 @@ def _type_name(t: Any) -> str:
     if isinstance(name, str):
         return name
     return str(t).rsplit(".", 1)[-1]
+
+
+def as_dumped(value: Any) -> Any:
+    """``value`` as the framework's run sees it: OpenCompass and AISBench write the config out
+    (mmengine's ``Config.dump``, whose text lists every dict's keys sorted by ``str(key)``) and
+    read it back before running it. Dicts become plain dicts with their keys in that order
+    (so a label dict's labels, and a raw message's keys, come in that order); lists and tuples
+    keep their order and type; other values are kept."""
+    if isinstance(value, dict):
+        items = sorted(dict.items(value), key=lambda kv: str(kv[0]))
+        return {k: as_dumped(v) for k, v in items}
+    if type(value) in (list, tuple):
+        return type(value)(as_dumped(v) for v in value)
+    return value
 
 
 def meta_template_of(model_cfg: Mapping[str, Any]) -> Any:
