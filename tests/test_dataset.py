@@ -707,3 +707,34 @@ def test_parallel_chat_inferencer_is_the_chat_flow() -> None:
         return pw.DatasetRenderer(cfg, {"input_columns": ["q"], "output_column": "a"}).render(rows)
 
     assert render("ParallelChatInferencer").prompts == render("ChatInferencer").prompts
+
+
+def _clp_renderer(template: Any, ice: Any, meta: Any = None) -> pw.DatasetRenderer:
+    cfg = {
+        "ice_template": {"template": ice},
+        "prompt_template": {"template": template, "ice_token": "</E>"},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [0, 1]},
+        "inferencer": {"type": "CLPInferencer"},
+    }
+    reader = {"input_columns": ["q"], "output_column": "a"}
+    return pw.DatasetRenderer(cfg, reader, meta, max_seq_len=15, token_counter=len)
+
+
+def test_clp_inferencer_keeps_one_token_spare() -> None:
+    """CLPInferencer trims while ``count + 1 > max_seq_len`` (GenInferencer: ``count >
+    max_seq_len``): a 15-character prompt does not fit 15 there."""
+    train = [{"q": "q0", "a": "a0"}, {"q": "q1", "a": "a1"}]
+    test = [{"q": "QQ", "a": "AA"}]
+    result = _clp_renderer("</E>{q}:", "{q}:{a}").render(test, train)
+    assert result.prompts == ["q0:a0\nQQ:"]
+    assert result.ice_indices == [[0]]
+
+
+def test_clp_inferencer_dialogue_trimming_is_refused() -> None:
+    """Its trimming loop hands the model the unparsed prompt list of a dialogue template."""
+    dialogue = {"round": [{"role": "HUMAN", "prompt": "{q}"}, {"role": "BOT", "prompt": "{a}"}]}
+    meta = {"round": [{"role": "HUMAN", "begin": "<H>"}, {"role": "BOT", "generate": True}]}
+    train = [{"q": "q0", "a": "a0"}, {"q": "q1", "a": "a1"}]
+    renderer = _clp_renderer({"begin": "</E>", **dialogue}, dialogue, meta)
+    with pytest.raises(ValueError, match="CLPInferencer"):
+        renderer.render([{"q": "QQ", "a": "AA"}], train)

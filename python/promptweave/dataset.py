@@ -434,6 +434,8 @@ class DatasetRenderer:
                 "flavour to reproduce OpenCompass's trimming"
             )
         self.normalizing_str = normalizing_str
+        #: CLPInferencer keeps one token spare: it trims while ``count + 1 > max_seq_len``
+        self._clp = _type_name(self.inferencer_cfg.get("type")) == "CLPInferencer"
         # one thread by default: on 2 cores a second rendering thread measured no faster
         self.threads = check_threads(threads, "DatasetRenderer") or 1
 
@@ -910,7 +912,7 @@ class DatasetRenderer:
             whole = self._render_rows_fast(job, progress)
         except Exception:
             return self._render_rows_python(job, None)
-        return self._fit(whole, job, self.max_seq_len)
+        return self._fit(whole, job, self.max_seq_len - self._clp)
 
     def _render_rows_fast(self, job: _Job, progress: Callable[[int], None] | None) -> _Rendered:
         """The batch flows, else the Rust job, else row by row (which trims as it goes when
@@ -1316,7 +1318,17 @@ class DatasetRenderer:
                 return out, self.parser.parse_template(prompt, mode=self.mode)
 
             out, counted = build(idx)
-            while self.max_seq_len is not None and idx and self._count(counted) > self.max_seq_len:
+            limit = None if self.max_seq_len is None else self.max_seq_len - self._clp
+            while limit is not None and idx and self._count(counted) > limit:
+                if self._clp and getattr(self.template, "prompt_type", None) == "meta":
+                    # its trimming loop hands the model the unparsed prompt list (section
+                    # markers and all) and counts that: not a prompt to reproduce
+                    raise make_error(
+                        ArgumentError,
+                        "OpenCompass's CLPInferencer trims in-context examples of a dialogue "
+                        "template into an unparsed prompt list (section markers included), "
+                        "which is not a model input; render without max_seq_len",
+                    )
                 idx = idx[:-1]
                 out, counted = build(idx)
             return out, idx
