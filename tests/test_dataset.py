@@ -9,6 +9,7 @@ index lists.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -738,3 +739,25 @@ def test_clp_inferencer_dialogue_trimming_is_refused() -> None:
     renderer = _clp_renderer({"begin": "</E>", **dialogue}, dialogue, meta)
     with pytest.raises(ValueError, match="CLPInferencer"):
         renderer.render([{"q": "QQ", "a": "AA"}], train)
+
+
+@pytest.mark.parametrize(
+    ("model_cfg", "says"),
+    [
+        ({"type": "TurboMindModelwithChatTemplate", "drop_middle": True}, "first message"),
+        ({"type": "HuggingFaceBaseModel", "drop_middle": True}, "drop_middle"),
+        ({"type": "HuggingFacewithChatTemplate", "mode": "mid"}, "mode='mid'"),
+    ],
+)
+def test_token_level_truncation_options_are_said(model_cfg: dict[str, Any], says: str) -> None:
+    """Options that cut prompts by tokens after rendering (so the rendered long prompt is not
+    what the model receives) are said with a warning."""
+    dataset_cfg = {
+        "infer_cfg": {
+            "prompt_template": {"template": "Q: {q}"},
+            "retriever": {"type": "ZeroRetriever"},
+        },
+        "reader_cfg": {"input_columns": ["q"], "output_column": "a"},
+    }
+    with pytest.warns(pw.errors.UnmodelledTruncationWarning, match=re.escape(says)):
+        pw.DatasetRenderer.from_config(dataset_cfg, model_cfg)

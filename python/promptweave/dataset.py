@@ -39,6 +39,7 @@ from promptweave.errors import (
     ArgumentError,
     PromptRenderError,
     TemplateError,
+    UnmodelledTruncationWarning,
     add_note,
     check_threads,
     make_error,
@@ -179,6 +180,32 @@ def _note_chat_row(exc: BaseException, nested: list[Any] | None) -> None:
             add_note(exc, note)
             return
         at += len(requests)
+
+
+def _warn_unmodelled_truncation(model_cfg: Mapping[str, Any], model_class: str) -> None:
+    """The model options that cut prompts after they are rendered, by tokens (the model's own
+    tokenizer, at generation time): said, since the rendered prompt is not what such a model
+    receives when the prompt is long."""
+    if model_cfg.get("drop_middle"):
+        extra = ""
+        if model_class == "TurboMindModelwithChatTemplate":
+            extra = (
+                "; this class also sends only the first message's text of a prompt of several "
+                "messages"
+            )
+        warnings.warn(
+            f"{model_class or 'the model'} has drop_middle=True: prompts longer than its "
+            f"max_seq_len are cut in the middle by tokens, which is not rendered here{extra}",
+            UnmodelledTruncationWarning,
+            stacklevel=3,
+        )
+    elif model_cfg.get("mode") == "mid":
+        warnings.warn(
+            f"{model_class or 'the model'} has mode='mid': prompts longer than its max_seq_len "
+            "(less max_out_len) are cut in the middle by tokens, which is not rendered here",
+            UnmodelledTruncationWarning,
+            stacklevel=3,
+        )
 
 
 @contextlib.contextmanager
@@ -464,6 +491,7 @@ class DatasetRenderer:
             from promptweave.config import model_prompting
 
             prompting = model_prompting(model_cfg, kw.get("flavor", OPENCOMPASS))
+            _warn_unmodelled_truncation(model_cfg, prompting.model_class)
             if meta is None:
                 meta = prompting.meta_template
             kw.setdefault("api", prompting.api)

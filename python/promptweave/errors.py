@@ -201,6 +201,12 @@ class DoubleBosWarning(UserWarning):
     """The rendered chat starts with the BOS token and the tokenizer will add another one."""
 
 
+class UnmodelledTruncationWarning(UserWarning):
+    """The model config cuts prompts in a way promptweave does not render: the middle of a
+    long prompt by tokens (``drop_middle``, ``mode='mid'``), or, for LMDeploy's chat model with
+    ``drop_middle``, every message but the first."""
+
+
 class SameSplitWarning(UserWarning):
     """Loaded data with a train split given, for a reader config whose ``train_split`` is its
     ``test_split``: the in-context examples come from the test rows, as in the reference."""
