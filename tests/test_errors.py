@@ -514,3 +514,20 @@ def test_bad_meta_text_reached_through_a_fallback_role_names_that_role(parser: s
     cls = pw.LMTemplateParser if parser == "lm" else pw.APITemplateParser
     with pytest.raises(TypeError, match=r"role 'SYSTEM' \(the meta template's role 'HUMAN'"):
         cls(meta).parse_template(prompt, mode="gen")
+
+
+def test_make_error_with_a_compat_class_that_takes_other_arguments() -> None:
+    """``UnicodeEncodeError`` takes five constructor arguments: the error is of its nearest
+    base that takes a message (``UnicodeError``, a ``ValueError``), not a TypeError."""
+    from promptweave.errors import RetrieverError, make_error
+
+    err = make_error(RetrieverError, "a message", compat=UnicodeEncodeError)
+    assert isinstance(err, UnicodeError)
+    assert str(err) == "a message"
+
+
+def test_range_expression_that_cannot_be_compiled() -> None:
+    from promptweave.retrievers import partial_indices
+
+    with pytest.raises(ValueError, match="test_range="):
+        partial_indices(5, "[\ud800]", "test")

@@ -290,7 +290,20 @@ def make_error(
     """
     cls = _combined(family, compat) if compat is not None else family
     text = f"[{code}] {message}" if code else message
-    err: PromptRenderError = cls(text)
+    try:
+        err: PromptRenderError = cls(text)
+    except TypeError:
+        # a compat class whose constructor takes other arguments (UnicodeEncodeError takes
+        # five): its nearest base that takes a message (ValueError for the Unicode errors)
+        assert compat is not None
+        for base in compat.__mro__[1:]:
+            try:
+                err = _combined(family, base)(text)
+                break
+            except TypeError:
+                continue
+        else:  # pragma: no cover - BaseException takes a message
+            err = family(text)
     err.path = path
     err.error_code = code
     return err
