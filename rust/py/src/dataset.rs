@@ -103,7 +103,7 @@ impl<'py> Rows<'py> {
         for r in rows {
             self.row_into(r, &mut cells)?;
             for cell in &cells {
-                out.push(cell_text(cell)?);
+                out.push(py_str(cell)?);
             }
         }
         Ok(out)
@@ -118,7 +118,7 @@ impl<'py> Rows<'py> {
             if is_used {
                 self.row_into(r, &mut cells)?;
                 for cell in &cells {
-                    out.push(Some(cell_text(cell)?));
+                    out.push(Some(py_str(cell)?));
                 }
             } else {
                 out.extend((0..self.width()).map(|_| None));
@@ -126,11 +126,6 @@ impl<'py> Rows<'py> {
         }
         Ok(out)
     }
-}
-
-/// `str()` of a cell the core reads (a cell of [`Rows::row_into`], whose `str()` is pure).
-fn cell_text(cell: &Bound<'_, PyAny>) -> PyResult<PyBackedStr> {
-    py_str(cell)
 }
 
 fn strs(v: &[PyBackedStr]) -> Vec<&str> {
