@@ -69,10 +69,8 @@ _MODEL_BUILT_PROMPTS = {
     "BFCLV3FunctionCallInferencer": "the tool calls the model makes and their executed results",
 }
 #: inferencers whose prompts are built from something promptweave does not model
-_NOT_MODELLED = {
-    "ChatMLInferencer": "each row's own chatml_question messages (not the prompt template)",
-    "ParallelChatMLInferencer": "each row's own chatml_question messages (not the prompt template)",
-}
+_CHATML_SOURCE = "each row's own chatml_question messages (not the prompt template)"
+_NOT_MODELLED = {"ChatMLInferencer": _CHATML_SOURCE, "ParallelChatMLInferencer": _CHATML_SOURCE}
 #: OpenCompass's ChatInferencer and its parallel variant (the same chats)
 _CHAT_INFERENCERS = ("ChatInferencer", "ParallelChatInferencer")
 _SLOT = re.compile(r"\{([^{}]*)\}")
@@ -463,6 +461,7 @@ class DatasetRenderer:
         self.normalizing_str = normalizing_str
         #: CLPInferencer keeps one token spare: it trims while ``count + 1 > max_seq_len``
         self._clp = _type_name(self.inferencer_cfg.get("type")) == "CLPInferencer"
+        self._spare_tokens = 1 if self._clp else 0
         # one thread by default: on 2 cores a second rendering thread measured no faster
         self.threads = check_threads(threads, "DatasetRenderer") or 1
 
@@ -940,7 +939,7 @@ class DatasetRenderer:
             whole = self._render_rows_fast(job, progress)
         except Exception:
             return self._render_rows_python(job, None)
-        return self._fit(whole, job, self.max_seq_len - self._clp)
+        return self._fit(whole, job, self.max_seq_len - self._spare_tokens)
 
     def _render_rows_fast(self, job: _Job, progress: Callable[[int], None] | None) -> _Rendered:
         """The batch flows, else the Rust job, else row by row (which trims as it goes when
@@ -1346,7 +1345,7 @@ class DatasetRenderer:
                 return out, self.parser.parse_template(prompt, mode=self.mode)
 
             out, counted = build(idx)
-            limit = None if self.max_seq_len is None else self.max_seq_len - self._clp
+            limit = None if self.max_seq_len is None else self.max_seq_len - self._spare_tokens
             while limit is not None and idx and self._count(counted) > limit:
                 if self._clp and getattr(self.template, "prompt_type", None) == "meta":
                     # its trimming loop hands the model the unparsed prompt list (section
