@@ -1288,6 +1288,9 @@ BUILTIN_FAILURES = {
     "huge-range": ("{% for i in range(10**9) %}x{% endfor %}", ONE),
     "recursive-macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ONE),
     "huge-power": ("{{ 10 ** 100000 }}", ONE),
+    "division-by-zero": ("{{ 1 / 0 }}", ONE),
+    "float-floor-division-by-zero": ("{{ 1.5 // 0.0 }}", ONE),
+    "power-of-a-string": ('{{ 2 ** "x" }}', ONE),
     "deep-source": ("{{ " + "[" * 5000 + "]" * 5000 + " }}", ONE),
     "deep-input": (PER_MESSAGE, [{"role": "user", "content": _nested(10**4)}]),
 }
@@ -1309,6 +1312,15 @@ def test_failures_are_of_transformers_builtin_family(case: str, ref_tok: Any) ->
     with pytest.raises(ChatTemplateError) as ours:
         ChatTemplate(source).render(messages)
     assert isinstance(ours.value, family), (type(ours.value).__mro__, family)
+
+
+def test_a_nonzero_divisor_is_no_zero_division() -> None:
+    """``10 / 0.5`` renders; an error whose message merely shows a divisor starting with 0 is
+    not a ZeroDivisionError."""
+    assert ChatTemplate("{{ 10 / 0.5 }}").render(ONE) == "20.0"
+    with pytest.raises(ChatTemplateError) as info:
+        ChatTemplate("{{ (1 / 0.5) ~ x.y.z }}").render(ONE)
+    assert not isinstance(info.value, ZeroDivisionError)
 
 
 def test_out_of_fuel_is_a_memory_error() -> None:

@@ -16,6 +16,7 @@ In the AISBench flavour the reference's error code (``ICLR-TYPE-001``, ...) is s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -165,17 +166,15 @@ class ChatInputError(ChatTemplateError, ValueError):
 
 
 #: what transformers (Jinja2 running Python) raises where the template engine reports these:
-#: (message fragment, the builtin exception of the same failure there)
-_CHAT_BUILTINS: tuple[tuple[str, type[BaseException]], ...] = (
-    ("nested too deeply", RecursionError),
-    ("recursion limit", RecursionError),
-    ("maximum recursion", RecursionError),
-    ("range has too many elements", OverflowError),
-    ("MemoryError:", MemoryError),
-    (" // 0", ZeroDivisionError),
-    (" / 0", ZeroDivisionError),
-    (" % 0", ZeroDivisionError),
-    (" ** ", ValueError),  # a power too large for Python to print (its digit limit)
+#: (pattern of the engine's message, the builtin exception of the same failure there)
+_CHAT_BUILTINS: tuple[tuple[re.Pattern[str], type[BaseException]], ...] = (
+    (re.compile(r"nested too deeply|recursion limit|maximum recursion"), RecursionError),
+    (re.compile(r"range has too many elements"), OverflowError),
+    (re.compile(r"^MemoryError:"), MemoryError),
+    (re.compile(r"unable to calculate \S+ (?://|/|%) -?0(?:\.0*)? \(in "), ZeroDivisionError),
+    # a power too large for Python to print (its digit limit)
+    (re.compile(r"unable to calculate -?\d+ \*\* \d+ \(in "), ValueError),
+    (re.compile(r"operator on unsupported types"), TypeError),
 )
 
 
@@ -190,8 +189,8 @@ def chat_error(kind: str, message: str, conversation: int | None = None) -> Chat
         "syntax": ChatTemplateSyntaxError,
         "input": ChatInputError,
     }.get(kind, ChatTemplateRenderError)
-    for fragment, builtin in _CHAT_BUILTINS:
-        if fragment in message:
+    for pattern, builtin in _CHAT_BUILTINS:
+        if pattern.search(message):
             cls: type[ChatTemplateError] = _combined(family, builtin)
             return cls(message)
     return family(message)
