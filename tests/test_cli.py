@@ -986,6 +986,8 @@ def test_jsonl_numbers_are_typed_as_the_json_loader_types_them(work: Path) -> No
     ]
     assert got == want
     assert cli.uniform_columns(rows)[1]["A"] == loaded.to_list()[1]["A"] == [2.5, 1.0]
+    # an int past 64 bits is no Arrow number: the column is left as it is (no OverflowError)
+    assert cli.uniform_columns([{"a": 10**400}, {"a": 1.5}]) == [{"a": 10**400}, {"a": 1.5}]
 
 
 def test_dict_order_is_the_runs_unless_source_order(work: Path) -> None:

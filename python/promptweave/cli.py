@@ -242,7 +242,10 @@ def uniform_columns(rows: list[Row]) -> list[Row]:
 
 
 def _is_number(value: object) -> bool:
-    return type(value) in (int, float)
+    """An Arrow number: a float, or an int that fits 64 bits (a larger one Arrow refuses)."""
+    if type(value) is float:
+        return True
+    return isinstance(value, int) and type(value) is int and -(2**63) <= value < 2**63
 
 
 def _arrow_numbers(values: list[Any]) -> list[Any] | None:
