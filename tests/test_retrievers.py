@@ -339,7 +339,15 @@ def test_random_seed_errors_like_numpy(seed: Any, family: type, builtin: type) -
 
 @pytest.mark.parametrize(
     ("n", "k", "builtin"),
-    [(0, 1, ValueError), (3, 4, ValueError), (3, -1, ValueError), (3, 2.0, TypeError)],
+    [
+        (0, 1, ValueError),
+        (3, 4, ValueError),
+        (3, -1, ValueError),
+        (3, 2.0, TypeError),
+        (3, 10**30, OverflowError),
+        (3, -(10**30), OverflowError),
+        (3, 2**64 - 1, ValueError),
+    ],
 )
 def test_random_sample_size_errors(n: int, k: Any, builtin: type) -> None:
     np = pytest.importorskip("numpy")

@@ -803,6 +803,14 @@ def _check_sample_size(n: int, k: Any) -> int:
             compat=TypeError,
         )
     size = operator.index(k)
+    if not -(2**63) <= size < 2**64:
+        # numpy cannot take it as a C integer
+        raise make_error(
+            RetrieverError,
+            f"ice_num={size} does not fit a 64-bit integer (numpy: Python int too large to "
+            "convert to C long)",
+            compat=OverflowError,
+        )
     if n <= 0 and size != 0:
         raise make_error(
             RetrieverError,
