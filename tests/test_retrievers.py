@@ -954,3 +954,31 @@ def test_exports() -> None:
     assert promptweave.__all__ == sorted(promptweave.__all__)
     assert not hasattr(aisbench, "SlidingWindowRetriever")
     assert aisbench.FixKRetriever._flavor == "aisbench"
+
+
+@pytest.mark.parametrize("fw", ["oc", "ais"])
+def test_bool_row_indices_fail_as_the_reference(fw: str, reference: dict[str, Any]) -> None:
+    """A bool is no row index for the reference's (HuggingFace) dataset: ``fix_id_list=[True]``
+    and ``generate_prompt_for_generate_task(True, ...)`` raise ``TypeError``, on every path."""
+    rows = [{"q": "x", "a": "y"}, {"q": "z", "a": "w"}]
+    cfg = {
+        "ice_template": {"template": "{q} {a}"},
+        "prompt_template": {"template": "</E>{q}", "ice_token": "</E>"},
+        "retriever": {"type": "FixKRetriever", "fix_id_list": [True, 0]},
+        "inferencer": {"type": "GenInferencer"},
+    }
+    flavor = {"oc": "opencompass", "ais": "aisbench"}[fw]
+    reader = {"input_columns": ["q"], "output_column": "a"}
+    renderer = promptweave.DatasetRenderer(cfg, reader, flavor=flavor)
+    with pytest.raises(TypeError, match="index"):
+        renderer.render(rows, rows)
+    if fw == "oc":
+        retriever = opencompass.ZeroRetriever(opencompass.Dataset(rows, rows, ["q"], "a"))
+        template = {"prompt_template": opencompass.PromptTemplate("{q}")}
+    else:  # AISBench's retrievers hold their template
+        template = {}
+        retriever = aisbench.ZeroRetriever(
+            aisbench.Dataset(rows, rows, ["q"], "a"), prompt_template=aisbench.PromptTemplate("{q}")
+        )
+    with pytest.raises(TypeError, match="index"):
+        retriever.generate_prompt_for_generate_task(True, "", **template)

@@ -945,6 +945,8 @@ class _RetrieverCore:
     # ------------------------------------------------------------------ rows
     def _train_row(self, idx: Any) -> Row:
         try:
+            if isinstance(idx, bool):  # a HuggingFace dataset refuses a bool index
+                raise TypeError(idx)
             row: Row = self.index_ds[idx]
         except (IndexError, TypeError) as exc:
             raise _index_error("train", idx, len(self.index_ds), exc) from None
@@ -952,6 +954,8 @@ class _RetrieverCore:
 
     def _test_row(self, idx: Any) -> Row:
         try:
+            if isinstance(idx, bool):  # a HuggingFace dataset refuses a bool index
+                raise TypeError(idx)
             row: Row = self.test_ds[idx]
         except (IndexError, TypeError) as exc:
             raise _index_error("test", idx, len(self.test_ds), exc) from None
@@ -1152,6 +1156,10 @@ def _fixk_indices(fix_id_list: Any, n_train: int, n_test: int, flavor: str) -> l
                 f"Index {idx} is out of range of {n_train}",
                 compat=AssertionError,
             )
+    bad = [idx for idx in fix_id_list if isinstance(idx, bool)]
+    if bad and n_test:
+        # the reference's dataset refuses a bool index when the examples are read
+        raise _index_error("train", bad[0], n_train, TypeError(bad[0]))
     # the same list object for every test row, as in the reference
     return [fix_id_list for _ in range(n_test)]
 
