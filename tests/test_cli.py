@@ -1005,6 +1005,37 @@ def test_dict_order_is_the_runs_unless_source_order(work: Path) -> None:
     assert list(records(ok(work, *args).stdout)[0]["prompts"]) == ["C", "A", "B"]
 
 
+ARROW_CASES = {
+    "dict-keys": [{"m": {"a": 1}}, {"m": {"b": 2}}],
+    "dict-numbers-and-none": [{"m": {"x": 1, "b": 1}}, {"m": {"a": 2, "x": 1.5}}, {"m": None}],
+    "empty-dict": [{"m": {}}, {"m": {"b": 2}}],
+    "list-of-dicts": [{"m": [{"a": 1}]}, {"m": [{"b": 2.5}, {"a": 3}]}],
+    "nested": [{"m": {"n": {"a": 1}}}, {"m": {"n": {"b": [1, 2.5]}}}],
+    "lists": [{"m": [1, 2]}, {"m": []}, {"m": None}],
+    "numbers": [{"num": 10, "lst": [7]}, {"num": 1.5, "lst": [2.5]}],
+    "strings": [{"s": "a", "t": None}, {"s": "b", "t": True}],
+}
+
+
+@pytest.mark.parametrize("case", list(ARROW_CASES))
+def test_loaded_rows_are_typed_as_a_huggingface_dataset(case: str) -> None:
+    """The frameworks' dataset classes hold their rows in a HuggingFace ``Dataset``
+    (``Dataset.from_list``): a column of dicts is one struct of every key (missing ones
+    ``None``, in the order the keys first appear), numbers of a column one type. The real
+    OpenCompass and AISBench runs printed these values so."""
+    datasets = pytest.importorskip("datasets", reason="datasets (the reference loader) missing")
+    rows = ARROW_CASES[case]
+    want = datasets.Dataset.from_list([dict(r) for r in rows]).to_list()
+    got = cli.uniform_columns([dict(r) for r in rows])
+    assert got == want
+    assert repr(got) == repr(want)  # key order too
+
+
+def test_loaded_rows_arrow_cannot_type_are_left_as_they_are() -> None:
+    rows = [{"m": {"a": 1}}, {"m": {"a": "x"}}]
+    assert cli.uniform_columns(rows) == rows
+
+
 def test_csv_values_are_strings(work: Path) -> None:
     (work / "n.csv").write_text("question,A,B,answer\n1,2,3,A\n", "utf-8")
     csv_rec = records(ok(work, "render", "string_cfg.py", "--data", "n.csv").stdout)[0]

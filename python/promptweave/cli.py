@@ -215,11 +215,12 @@ def _read_json(p: Path, name: str) -> list[Row]:
 
 
 def uniform_columns(rows: list[Row]) -> list[Row]:
-    """The rows as a table with one set of columns, as a dataset loaded by HuggingFace's JSON
-    loader has them: every column any row has, in the order they first appear, a row's missing
-    values ``None``, and each column of one Arrow type (:func:`_arrow_numbers`: a column of
-    ints and floats holds floats). Rows that already share their columns, in one order, and
-    need no number changed are kept as they are."""
+    """The rows as a table with one set of columns, as the frameworks' datasets hold them (a
+    HuggingFace ``Dataset``, Arrow types): every column any row has, in the order they first
+    appear, a row's missing values ``None``, and each column of one Arrow type
+    (:func:`_arrow_column`: a column of ints and floats holds floats, a column of dicts has
+    every key any of them has). Rows that already share their columns, in one order, and need
+    no value changed are kept as they are."""
     if not rows:
         return rows
     first = list(rows[0])
@@ -228,49 +229,82 @@ def uniform_columns(rows: list[Row]) -> list[Row]:
     if not same:
         for row in rows:
             names.update(dict.fromkeys(row))
-    columns = {name: _arrow_numbers([row.get(name) for row in rows]) for name in names}
-    changed = {name for name, values in columns.items() if values is not None}
+    changed: dict[str, list[Any]] = {}
+    for name in names:
+        values = [row.get(name) for row in rows]
+        try:
+            typed = _arrow_column(values)
+        except _NotArrow:  # (the reference's loader fails on it; left as it is)
+            continue
+        if typed is not values:
+            changed[name] = typed
     if same and not changed:
         return rows
     out = [{name: row.get(name) for name in names} for row in rows]
-    for name in changed:
-        values = columns[name]
-        assert values is not None
+    for name, values in changed.items():
         for row, value in zip(out, values, strict=True):
             row[name] = value
     return out
 
 
-def _is_number(value: object) -> bool:
-    """An Arrow number: a float, or an int that fits 64 bits (a larger one Arrow refuses)."""
+class _NotArrow(Exception):
+    """The values have no one Arrow type (a str and an int in one column, ...)."""
+
+
+def _kind(value: object) -> str:
     if type(value) is float:
-        return True
-    return isinstance(value, int) and type(value) is int and -(2**63) <= value < 2**63
+        return "number"
+    if type(value) is int:
+        if not -(2**63) <= value < 2**63:
+            raise _NotArrow  # past 64 bits: Arrow refuses it
+        return "number"
+    kinds = {bool: "bool", str: "str", list: "list", dict: "dict"}
+    kind = kinds.get(type(value))
+    if kind is None:
+        raise _NotArrow
+    return kind
 
 
-def _arrow_numbers(values: list[Any]) -> list[Any] | None:
-    """The column as Arrow types it when it loads the data: ints and floats in one column (or
-    in the lists of a column of lists of numbers) become one ``double`` column, so the ints
-    come back as floats (``10`` prints ``10.0`` in the reference's prompt). ``None`` when
-    nothing changes (no float, or a column Arrow would not type as numbers)."""
+def _arrow_column(values: list[Any]) -> list[Any]:
+    """``values`` as Arrow types one column of them when the data is loaded into a HuggingFace
+    ``Dataset`` (``Dataset.from_list`` / the JSON loader): the same list object when nothing
+    changes. Ints and floats make one ``double`` column (``10`` prints ``10.0``); the lists'
+    items are one column; dicts are one struct of every key any of them has, in the order the
+    keys first appear, a missing one ``None``, each field one column. Raises
+    :class:`_NotArrow` for values of different kinds (the loader fails on them)."""
     present = [v for v in values if v is not None]
-    if not present:
-        return None
-    if all(_is_number(v) for v in present):
+    kinds = {_kind(v) for v in present}
+    if len(kinds) != 1:
+        if kinds:
+            raise _NotArrow
+        return values  # all None
+    (kind,) = kinds
+    if kind == "number":
         if all(type(v) is int for v in present):
-            return None
+            return values
         return [float(v) if type(v) is int else v for v in values]
-    if all(type(v) is list for v in present):
-        leaves = [x for v in present for x in v if x is not None]
-        if not leaves or not all(_is_number(x) for x in leaves):
-            return None
-        if all(type(x) is int for x in leaves):
-            return None
-        return [
-            [float(x) if type(x) is int else x for x in v] if v is not None else None
-            for v in values
-        ]
-    return None
+    if kind == "list":
+        items = [x for v in present for x in v]
+        typed = _arrow_column(items)
+        if typed is items:
+            return values
+        out: list[Any] = []
+        at = 0
+        for v in values:
+            if v is None:
+                out.append(None)
+                continue
+            out.append(typed[at : at + len(v)])
+            at += len(v)
+        return out
+    if kind == "dict":
+        keys: dict[Any, None] = {}
+        for v in present:
+            keys.update(dict.fromkeys(v))
+        fields = {k: _arrow_column([v.get(k) for v in present]) for k in keys}
+        rebuilt = iter([{k: fields[k][i] for k in keys} for i in range(len(present))])
+        return [None if v is None else next(rebuilt) for v in values]
+    return values
 
 
 def _read_csv(
