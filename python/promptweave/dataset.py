@@ -158,16 +158,11 @@ class _Job(NamedTuple):
 
 def _note_chat_row(exc: BaseException, nested: list[Any] | None) -> None:
     """An error of the chat template's batch says which test row (and, for a row of several
-    requests, which request) it came from: the batch's conversation index, from the error
-    (``.conversation`` of ``raise_exception``, or ``conversation N`` in its message or notes),
-    mapped back to the row."""
+    requests, which request) it came from: the batch's conversation index (the error's
+    ``.conversation``, which ``render_many`` sets), mapped back to the row."""
     index = getattr(exc, "conversation", None)
     if not isinstance(index, int):
-        text = " ".join([str(exc), *(getattr(exc, "__notes__", None) or [])])
-        found = re.search(r"conversation (\d+)", text)
-        if found is None:
-            return
-        index = int(found.group(1))
+        return
     if nested is None:
         add_note(exc, f"while applying the chat template to test row {index}")
         return

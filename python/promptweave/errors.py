@@ -136,7 +136,12 @@ class ChatTemplateError(PromptRenderError):
     this family. Where transformers raises a Python builtin instead (``ZeroDivisionError``,
     ``RecursionError``, ``OverflowError``, ...), the error is also of that builtin family
     (:func:`chat_error`).
+
+    ``.conversation`` is the index of the conversation in a batch (``render_many``) the error
+    came from, ``None`` for one conversation.
     """
+
+    conversation: int | None = None
 
 
 class ChatTemplateSyntaxError(ChatTemplateError):
@@ -189,11 +194,14 @@ def chat_error(kind: str, message: str, conversation: int | None = None) -> Chat
         "syntax": ChatTemplateSyntaxError,
         "input": ChatInputError,
     }.get(kind, ChatTemplateRenderError)
+    cls = family
     for pattern, builtin in _CHAT_BUILTINS:
         if pattern.search(message):
-            cls: type[ChatTemplateError] = _combined(family, builtin)
-            return cls(message)
-    return family(message)
+            cls = _combined(family, builtin)
+            break
+    err = cls(message)
+    err.conversation = conversation
+    return err
 
 
 class DoubleBosWarning(UserWarning):

@@ -25,11 +25,23 @@ fn chat_err(err: ChatError, conversation: Option<usize>) -> PyErr {
         None => m,
     };
     match err {
-        ChatError::Syntax(m) => py_chat_error("syntax", at(m), None),
+        ChatError::Syntax(m) => py_chat_error("syntax", at(m), conversation),
         // the template's own message, verbatim, as transformers raises it
         ChatError::Raised(m) => py_chat_error("raised", m, conversation),
-        ChatError::Render(m) => py_chat_error("render", at(m), None),
-        ChatError::Input(m) => py_chat_error("input", at(m), None),
+        ChatError::Render(m) => py_chat_error("render", at(m), conversation),
+        ChatError::Input(m) => py_chat_error("input", at(m), conversation),
+    }
+}
+
+/// An error reading conversation `i` of a batch says so: its `conversation` attribute, and
+/// a note (Python 3.11+), unless it already names its conversation (the chat errors made with
+/// the index). Nothing is added where setting them fails.
+fn name_conversation(py: Python<'_>, err: &PyErr, i: usize) {
+    let value = err.value(py);
+    let named = value.getattr("conversation").is_ok_and(|c| !c.is_none());
+    if !named {
+        let _ = value.setattr("conversation", i);
+        let _ = value.call_method1("add_note", (format!("while reading conversation {i}"),));
     }
 }
 
@@ -580,10 +592,11 @@ fn conversation_of<'py>(
     let empty = chat.cast::<PyList>().is_ok_and(PyListMethods::is_empty)
         || chat.cast::<PyTuple>().is_ok_and(PyTupleMethods::is_empty);
     if empty {
-        return Err(ChatInputError::new_err(match index {
+        let message = match index {
             Some(i) => format!("conversation {i}: {EMPTY_CONVERSATION}"),
             None => EMPTY_CONVERSATION.to_owned(),
-        }));
+        };
+        return Err(py_chat_error("input", message, index));
     }
     Ok(chat)
 }
@@ -784,18 +797,10 @@ impl PyChatTemplate {
             };
             let at = index.map(|i| i + block.chats.len());
             let read = Self::read_chat(c, vars, chat, at, block);
-            let chat = read.map_err(|e| match at {
-                // an error of the conversation's own reading names it (the ones that already
-                // start with "conversation N:" are left as they are)
-                Some(i) if !e.to_string().contains(&format!("conversation {i}:")) => {
-                    // Python 3.11+ exception notes; nothing is added before (or if adding fails)
-                    Python::attach(|py| {
-                        let note = format!("while reading conversation {i}");
-                        let _ = e.value(py).call_method1("add_note", (note,));
-                    });
-                    e
+            let chat = read.inspect_err(|e| {
+                if let Some(i) = at {
+                    Python::attach(|py| name_conversation(py, e, i));
                 }
-                _ => e,
             })?;
             block.chats.push(chat);
         }
