@@ -29,14 +29,13 @@ flavour they carry the reference's error code (``[ICLR-PARAM-004]`` ...).
 from __future__ import annotations
 
 import builtins
-import contextlib
 import importlib
 import operator
 import random
 import re
 import secrets
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from promptweave._flavor import AISBENCH, OPENCOMPASS
@@ -893,15 +892,11 @@ def _index_error(split: str, idx: Any, size: int, exc: Exception) -> PromptRende
     )
 
 
-@contextlib.contextmanager
-def _ice_note(idx: Any) -> Iterator[None]:
-    """An exception raised inside (the template's, or a value's own ``str()``) says which train
-    row's in-context example it came from."""
-    try:
-        yield
-    except Exception as exc:
-        add_note(exc, f"while rendering the in-context example of train row {idx!r}")
-        raise
+def _note_ice(exc: BaseException, idx: Any) -> None:
+    """An exception raised rendering an example (the template's, or a value's own ``str()``)
+    says which train row's in-context example it came from. (A try block, not a context
+    manager: this is on the per-row path, and a ``try`` costs nothing until it raises.)"""
+    add_note(exc, f"while rendering the in-context example of train row {idx!r}")
 
 
 class _RetrieverCore:
@@ -999,8 +994,11 @@ class _RetrieverCore:
             messages: list[Any] = []
             for idx in idx_list:
                 row = self._train_row(idx)
-                with _ice_note(idx):
+                try:
                     messages.extend(ice_template.generate_ice_item(row, self._answer(row, idx)))
+                except Exception as exc:
+                    _note_ice(exc, idx)
+                    raise
             return messages
         if prompt_type == "meta":  # dialogue ICE: separator and eos are dropped
             separator: Any = ""
@@ -1010,8 +1008,11 @@ class _RetrieverCore:
         items = []
         for idx in idx_list:
             row = self._train_row(idx)
-            with _ice_note(idx):
+            try:
                 items.append(ice_template.generate_ice_item(row, self._answer(row, idx)))
+            except Exception as exc:
+                _note_ice(exc, idx)
+                raise
         if items and isinstance(items[0], PromptList):
             # The reference's exact accumulation: `[] += PromptList` makes the accumulator a
             # PromptList (PromptList.__radd__), a falsy separator adds nothing, a non-empty one is
