@@ -17,6 +17,11 @@ class MarkerError(ValueError):
 def _set_force_python(on: bool) -> None:
     """The core's copy of ``promptweave._backend.FORCE_PYTHON`` (set by that module)."""
 
+def _promote_young() -> bool:
+    """Moves every object the cyclic collector tracks to its oldest generation (``gc.freeze()``
+    then ``gc.unfreeze()``, with nothing run between them); ``False``, moving nothing, when
+    objects are frozen already."""
+
 def parse_content(content: str, strict: bool = False) -> list[tuple[str, str]]:
     """The ``<AIS_*>`` parts of ``content`` as ``(kind, payload)``, kind ``'text'``,
     ``'image'``, ``'video'`` or ``'audio'``; ``strict`` raises ``MarkerError`` for anything but

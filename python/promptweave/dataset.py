@@ -1061,8 +1061,7 @@ class DatasetRenderer:
             return None
         # the batch creates many objects at once: the collector would walk the whole heap
         # several times for nothing
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_was_enabled = _collector_off()
         try:
             if self.flow == "multimodal":
                 # every row had the content field (its only column): the batch refuses a row
@@ -1074,8 +1073,7 @@ class DatasetRenderer:
         except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
             return None
         finally:
-            if gc_was_enabled:
-                gc.enable()
+            _collector_back(gc_was_enabled)
         return None
 
     def _render_raw_batch(
@@ -1245,8 +1243,7 @@ class DatasetRenderer:
                 return None
         # the call creates many objects at once: the collector would walk the whole heap
         # several times for nothing
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
+        gc_was_enabled = _collector_off()
         try:
             return _core.render_dataset(
                 t._compiled,
@@ -1279,8 +1276,7 @@ class DatasetRenderer:
             # Python path renders, or raises, as the reference does
             return None
         finally:
-            if gc_was_enabled:
-                gc.enable()
+            _collector_back(gc_was_enabled)
 
     def _ice_labels(
         self, train: list[dict[str, Any]], indices: list[list[int]]
@@ -1449,6 +1445,37 @@ def _raw_plan(template: Any) -> list[Any] | None:
             return None
         plan.append((item, bool(template.format_variables) and type(item["content"]) is str))
     return plan
+
+
+#: a batch that leaves more than this many times the collector's first threshold of new
+#: tracked objects has them moved to the oldest generation when it ends (``_collector_back``)
+_PROMOTE_FACTOR = 10
+
+
+def _collector_off() -> bool:
+    """Turns the cyclic collector off for a batch; whether it was on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    return was_enabled
+
+
+def _collector_back(was_enabled: bool) -> None:
+    """Turns the collector back on after a batch (when it was on before).
+
+    A batch makes its output with the collector off, so the collector's count of new objects
+    is by then far past its threshold, and the first allocation after ``gc.enable()`` would
+    start a young collection that walks the whole output at once only to find it alive and
+    move it on (a quarter of a multimodal batch's time). That output is long-lived: when the
+    count is that high, every tracked object is moved straight to the oldest generation, where
+    full collections still see it (``_core._promote_young``; nothing is moved when the
+    caller has frozen objects with ``gc.freeze()``).
+    """
+    if not was_enabled:
+        return
+    threshold = gc.get_threshold()[0]
+    if threshold > 0 and gc.get_count()[0] > _PROMOTE_FACTOR * threshold:
+        _core._promote_young()
+    gc.enable()
 
 
 def _mm_part_spec(kind: Any, part: Any) -> tuple[Any, ...] | None:

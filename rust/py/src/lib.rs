@@ -20,7 +20,7 @@ mod _core {
     #[pymodule_export]
     use crate::errors::{FallbackRequired, MarkerError, set_force_python};
     #[pymodule_export]
-    use crate::flows::{render_mm_rows, render_raw_rows};
+    use crate::flows::{promote_young, render_mm_rows, render_raw_rows};
     #[pymodule_export]
     use crate::format::{
         concat_prompts, format_prompt_list, join_plain, safe_format, single_pass_format,
