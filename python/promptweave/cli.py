@@ -247,6 +247,10 @@ def uniform_columns(rows: list[Row]) -> list[Row]:
     return out
 
 
+#: the value types whose column, alone or with None, Arrow holds unchanged
+_KEPT_AS_THEY_ARE = frozenset({str, float, bool})
+
+
 class _NotArrow(Exception):
     """The values have no one Arrow type (a str and an int in one column, ...)."""
 
@@ -272,6 +276,12 @@ def _arrow_column(values: list[Any]) -> list[Any]:
     items are one column; dicts are one struct of every key any of them has, in the order the
     keys first appear, a missing one ``None``, each field one column. Raises
     :class:`_NotArrow` for values of different kinds (the loader fails on them)."""
+    # the usual column, all str (or all float, all bool), None or not, is kept as it is: one
+    # pass over its types instead of one call per value
+    types = set(map(type, values))
+    types.discard(type(None))
+    if len(types) == 1 and types <= _KEPT_AS_THEY_ARE:
+        return values
     present = [v for v in values if v is not None]
     kinds = {_kind(v) for v in present}
     if len(kinds) != 1:
