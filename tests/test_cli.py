@@ -1599,3 +1599,90 @@ def test_visible_whitespace() -> None:
 )
 def test_ice_span(full: str, zero: str, span: tuple[int, int] | None) -> None:
     assert cli._ice_span(full, zero, text=True) == span
+
+
+ZERO_SHOT_CFG = """\
+from opencompass.openicl.icl_prompt_template import PromptTemplate
+from opencompass.openicl.icl_retriever import ZeroRetriever
+from opencompass.openicl.icl_inferencer import GenInferencer
+reader_cfg = dict(input_columns=['q'], output_column='a')
+human = dict(round=[dict(role='HUMAN', prompt='{q}')])
+infer_cfg = dict(
+    prompt_template=dict(type=PromptTemplate, template=human),
+    retriever=dict(type=ZeroRetriever), inferencer=dict(type=GenInferencer))
+zs_datasets = [dict(abbr='zs', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]
+"""
+
+
+def _model_dir(path: Path, max_positions: int) -> Any:
+    """A local model directory: a word-level tokenizer whose post-processor adds a BOS token,
+    a chat template, and a config.json with ``max_position_embeddings``; returns the
+    transformers tokenizer the reference's HuggingFace classes would load from it."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    path.mkdir()
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "<s>": 1}, "<unk>"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tk.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
+    tk.save(str(path / "tokenizer.json"))
+    config = {"chat_template": CHAT_JINJA, "bos_token": "<s>", "eos_token": "</s>"}
+    (path / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    (path / "config.json").write_text(json.dumps({"max_position_embeddings": max_positions}))
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(path / "tokenizer.json"), truncation_side="left"
+    )
+
+
+def _cut_by_reference(tokenizer: Any, text: str, limit: int, special: bool) -> bool:
+    """Whether the reference's ``generate`` cuts ``text``: its tokenizer call
+    (``truncation=True, max_length=limit``, truncation side left) keeps fewer tokens than the
+    text has."""
+    whole = tokenizer([text], add_special_tokens=special)["input_ids"][0]
+    kept = tokenizer([text], truncation=True, max_length=limit, add_special_tokens=special)
+    return len(kept["input_ids"][0]) < len(whole)
+
+
+def test_prompts_the_model_class_cuts_when_it_tokenizes_are_noted(work: Path) -> None:
+    """HuggingFacewithChatTemplate / HuggingFaceBaseModel tokenize the final text with
+    truncation to max_seq_len (the config's, else the model's config.json) from the left: the
+    prompts that are cut are named in a note, counted as the class counts (the chat template's
+    text without special tokens; a base model's text with them); the output is unchanged."""
+    (work / "zs_cfg.py").write_text(ZERO_SHOT_CFG, "utf-8")
+    limit = 20
+    hf = _model_dir(work / "hf", limit)
+    words = (2, 30, 8, 20)  # a base model's text of 20 words is 21 tokens with its BOS
+    rows = [{"q": " ".join(["w"] * n), "a": "x"} for n in words]
+    write_jsonl(work / "zs.jsonl", rows)
+    args = ["render", "zs_cfg.py", "--data", "zs.jsonl"]
+    cls = "from opencompass.models import {0}\nmodels = [dict(type={0}, abbr='m', path='hf'{1})]\n"
+    (work / "chat_m.py").write_text(cls.format("HuggingFacewithChatTemplate", ""), "utf-8")
+    base = cls.format("HuggingFaceBaseModel", f", max_seq_len={limit}")
+    (work / "base_m.py").write_text(base, "utf-8")
+    for model, special in (("chat_m.py", False), ("base_m.py", True)):
+        proc = ok(work, *args, "--model", model, "--tokenizer", "hf/tokenizer.json")
+        prompts = [r["prompt"] for r in records(proc.stdout)]
+        cut = [i for i, p in enumerate(prompts) if _cut_by_reference(hf, p, limit, special)]
+        assert 0 not in cut, (model, prompts)
+        assert 1 in cut, (model, prompts)
+        if special:
+            assert 3 in cut  # by its BOS token
+        name = "HuggingFacewithChatTemplate" if not special else "HuggingFaceBaseModel"
+        many = f"{len(cut)} prompts are" if len(cut) > 1 else "1 prompt is"
+        assert (
+            f"note: {many} longer than {name}'s max_seq_len ({limit} tokens, counted by "
+            f"--tokenizer; first: test row {cut[0]})"
+        ) in proc.stderr
+        assert "from the left" in proc.stderr
+        # the model's own tokenizer (its path) counts as well; the prompts are the same
+        own = ok(work, *args, "--model", model)
+        assert records(own.stdout) == records(proc.stdout)
+        assert f"counted by the model's tokenizer (hf); first: test row {cut[0]}" in own.stderr
+    # prompts that fit, or no way to count: no note
+    roomy = base.replace(f"max_seq_len={limit}", "max_seq_len=1000")
+    (work / "roomy_m.py").write_text(roomy, "utf-8")
+    assert "cuts its input" not in ok(work, *args, "--model", "roomy_m.py").stderr
+    far = base.replace("path='hf'", "path='nowhere'")
+    (work / "far_m.py").write_text(far, "utf-8")
+    assert "cuts its input" not in ok(work, *args, "--model", "far_m.py").stderr

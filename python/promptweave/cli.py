@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import IO, Any, BinaryIO, TypeVar
+from typing import IO, Any, BinaryIO, Final, TypeVar
 
 import click
 
@@ -462,6 +462,8 @@ class _Job:
     ice_indices: list[list[int]] | None = None
     #: the model's max_seq_len when its tokens cannot be counted here, and a byte margin
     unapplied_limit: tuple[int, int] | None = None
+    #: the model class cuts its input to max_seq_len tokens when it tokenizes it
+    truncation: _Truncation | None = None
 
     def rows_rendered(self, limit: int | None) -> int:
         """How many test rows a render covers (after the preparation), then ``limit``."""
@@ -742,6 +744,111 @@ def _warn_unapplied_limit(job: _Job, result: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Truncation:
+    """A model class that cuts its input to ``limit`` tokens, from the left, when it tokenizes
+    it for generation (``counter`` counts those tokens, as ``source`` says)."""
+
+    model_class: str
+    limit: int
+    counter: Callable[[str], int]
+    source: str
+
+
+#: OpenCompass's model classes whose ``generate`` tokenizes the final text with
+#: ``truncation=True, max_length=max_seq_len`` (their tokenizer's ``truncation_side`` is
+#: ``'left'``): whether special tokens are added there (the chat template's text: not; a
+#: FastChat template's: yes)
+_TRUNCATING_MODELS: Final = {"HuggingFacewithChatTemplate": False, "HuggingFaceBaseModel": True}
+
+#: a tokenizer makes at most one token per UTF-8 byte, plus its special tokens: prompts shorter
+#: than the limit by this many bytes are not counted
+_TRUNCATION_MARGIN: Final = 16
+
+
+def _tokenizer_truncation(
+    p: Any, model_cfg: Any, flavor: str, gen: bool, tok: Any, chat: Any, api: bool
+) -> _Truncation | None:
+    """How the model class cuts long prompts when it tokenizes them, when the prompts written
+    are the text it tokenizes and its tokens can be counted here (``--tokenizer``, else the
+    model's own tokenizer on this machine); ``None`` otherwise. Its limit is the config's
+    ``max_seq_len``, else (as the class takes it) the model's ``config.json`` on this machine:
+    ``max_position_embeddings``, ``seq_length`` or ``model_max_length``."""
+    from promptweave._flavor import OPENCOMPASS
+    from promptweave.tokens import text_token_counter
+
+    if p is None or not gen or flavor != OPENCOMPASS:
+        return None
+    special = _TRUNCATING_MODELS.get(p.model_class)
+    if special is None:
+        return None
+    if p.model_class == "HuggingFacewithChatTemplate":
+        if p.fastchat_template:
+            special = True
+        elif chat is None:
+            return None  # message lists are written, not the text the class tokenizes
+    elif api:
+        return None
+    limit = p.max_seq_len
+    if limit is None and isinstance(model_cfg, Mapping) and isinstance(model_cfg.get("path"), str):
+        limit = _config_max_length(model_cfg["path"])
+    if limit is None:
+        return None
+    source = "--tokenizer"
+    if tok is None and p.tokenizer is not None:
+        tok = _local_tokenizer(p.tokenizer)
+        source = f"the model's tokenizer ({p.tokenizer})"
+    if tok is None:
+        return None
+    return _Truncation(p.model_class, limit, text_token_counter(tok, special), source)
+
+
+def _config_max_length(spec: str) -> int | None:
+    """The model's length limit in its ``config.json`` on this machine, as OpenCompass's
+    HuggingFace classes read it when the config has no ``max_seq_len``."""
+    found = _local_model_file(spec, ("config.json",))
+    if found is None:
+        return None
+    try:
+        config = json.loads(found.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for key in ("max_position_embeddings", "seq_length", "model_max_length"):
+        value = config.get(key)
+        if key in config:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+            return value if ok else None
+    return None
+
+
+def _warn_truncated(job: _Job, result: Any) -> None:
+    """A note when some prompts are longer than the model class lets its input be: it cuts
+    them when it tokenizes them (from the left: their beginning is lost), after the prompts
+    written here are made."""
+    t = job.truncation
+    if t is None or result.mode != "gen" or getattr(result, "infer_mode", None) is not None:
+        return
+    longer: list[int] = []
+    for i, prompt in enumerate(result.prompts):
+        if not isinstance(prompt, str):
+            continue
+        size = len(prompt.encode("utf-8", "surrogatepass"))
+        if size + _TRUNCATION_MARGIN > t.limit and t.counter(prompt) > t.limit:
+            longer.append(result.test_indices[i])
+    if longer:
+        n = len(longer)
+        _note(
+            f"note: {n:,} prompt{'s are' if n != 1 else ' is'} longer than {t.model_class}'s "
+            f"max_seq_len ({t.limit:,} tokens, counted by {t.source}; first: test row "
+            f"{longer[0]}): the class cuts its input to that many tokens from the left when it "
+            f"tokenizes it, so the model does not see the beginning of "
+            f"{'those prompts' if n != 1 else 'that prompt'}; "
+            f"{'they are' if n != 1 else 'it is'} written whole here"
+        )
+
+
 def _local_model_file(spec: str, names: Sequence[str]) -> Path | None:
     """The first of ``names`` in the model directory ``spec``, or in the local HuggingFace
     cache of the hub name ``spec``; ``None`` if there is none (never downloads)."""
@@ -912,6 +1019,9 @@ def _prepare(
         own_train=train_rows is not None,
     )
     job.unapplied_limit = unapplied
+    job.truncation = _tokenizer_truncation(
+        prompting, model_cfg, flavor or cfg.flavor, gen, tok, chat, api
+    )
     if ice_indices is not None:
         lists = read_ice_indices(ice_indices)
         n = job.rows_rendered(None)
@@ -1343,6 +1453,7 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     zero = _render(job, None, limit=n, strict=False, zero_shot=True)
     _warn_missing(result)
     _warn_unapplied_limit(job, result)
+    _warn_truncated(job, result)
     r = job.renderer
     retriever = str(r.retriever_cfg.get("type", "ZeroRetriever"))
     retriever = getattr(r.retriever_cfg.get("type"), "name", retriever)
@@ -1556,6 +1667,7 @@ def render(
         _write_records(result, out, progress)
     _warn_missing(result)
     _warn_unapplied_limit(job, result)
+    _warn_truncated(job, result)
     if out not in (None, "-"):
         _note(f"wrote {len(result.prompts):,} prompts ({result.mode}) to {out}")
 

@@ -8,7 +8,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TokenCounter", "api_token_len", "as_token_counter", "chat_token_counter"]
+__all__ = [
+    "TokenCounter",
+    "api_token_len",
+    "as_token_counter",
+    "chat_token_counter",
+    "text_token_counter",
+]
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _CJK = re.compile(r"[\u4e00-\u9FFF]+")
@@ -32,6 +38,21 @@ def as_token_counter(counter: Any) -> TokenCounter:
     if callable(counter):
         return lambda text: int(counter(text))
     raise TypeError(f"token_counter must be callable or have .encode(), got {counter!r}")
+
+
+def text_token_counter(tokenizer: Any, add_special_tokens: bool) -> TokenCounter:
+    """The number of tokens ``tokenizer`` makes of a text, with or without the special tokens
+    its post-processor adds (BOS, ...): what a model class that tokenizes the final text with
+    ``add_special_tokens=...`` gets. ``tokenizer``: a ``tokenizers.Tokenizer``, a transformers
+    tokenizer, a tiktoken ``Encoding`` (which adds none) or anything
+    :func:`as_token_counter` takes, then counted as it counts."""
+    encode = getattr(tokenizer, "encode", None)
+    module = type(tokenizer).__module__
+    if encode is not None and module.startswith("tokenizers"):
+        return lambda text: len(encode(text, add_special_tokens=add_special_tokens).ids)
+    if encode is not None and module.startswith("transformers"):
+        return lambda text: len(encode(text, add_special_tokens=add_special_tokens))
+    return as_token_counter(tokenizer)
 
 
 def api_token_len(text: str) -> int:
