@@ -1623,6 +1623,7 @@ def _model_dir(path: Path, max_positions: int) -> Any:
     path.mkdir()
     tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "<s>": 1}, "<unk>"))
     tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tk.add_special_tokens(["<s>"])
     tk.post_processor = tokenizers.processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", 1)]
     )
@@ -1686,3 +1687,36 @@ def test_prompts_the_model_class_cuts_when_it_tokenizes_are_noted(work: Path) ->
     far = base.replace("path='hf'", "path='nowhere'")
     (work / "far_m.py").write_text(far, "utf-8")
     assert "cuts its input" not in ok(work, *args, "--model", "far_m.py").stderr
+
+
+def test_no_double_bos_warning_for_the_chat_model_classes(work: Path) -> None:
+    """A tokenizer that adds its BOS token (``add_bos_token``) and a chat template that writes
+    it: OpenCompass's chat-template classes still give their model one BOS (HuggingFace and
+    vLLM encode the text without special tokens, LMDeploy strips it first), so rendering for
+    them warns of no second one; the chat template alone (no model class) still warns."""
+    transformers = pytest.importorskip("transformers")
+    _model_dir(work / "hf", 4096)
+    config = json.loads((work / "hf" / "tokenizer_config.json").read_text("utf-8"))
+    config["add_bos_token"] = True
+    (work / "hf" / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(work / "hf" / "tokenizer.json"))
+    (work / "zs_cfg.py").write_text(ZERO_SHOT_CFG, "utf-8")
+    write_jsonl(work / "zs.jsonl", [{"q": "hello there", "a": "x"}])
+    args = ["render", "zs_cfg.py", "--data", "zs.jsonl", "--chat-template", "hf"]
+    alone = ok(work, *args)
+    assert "two BOS tokens" in alone.stderr
+    cls = "from opencompass.models import {0}\nmodels = [dict(type={0}, abbr='m', path='hf')]\n"
+    for name in ("HuggingFacewithChatTemplate", "VLLMwithChatTemplate"):
+        (work / "m.py").write_text(cls.format(name), "utf-8")
+        proc = ok(work, *args, "--model", "m.py")
+        assert "BOS" not in proc.stderr, name
+        (prompt,) = [r["prompt"] for r in records(proc.stdout)]
+        assert prompt.startswith("<s>")
+        # what the class encodes: the text without special tokens, one BOS
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        assert ids.count(tok.convert_tokens_to_ids("<s>")) == 1
+    (work / "m.py").write_text(cls.format("TurboMindModelwithChatTemplate"), "utf-8")
+    proc = ok(work, *args, "--model", "m.py")
+    assert "BOS" not in proc.stderr
+    (prompt,) = [r["prompt"] for r in records(proc.stdout)]
+    assert not prompt.startswith("<s>")  # stripped, as the class strips it

@@ -22,6 +22,7 @@ for ``infer_mode`` ``'every_with_gt'`` or ``'last'``; ``'every'`` needs the mode
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import os
 import re
@@ -481,10 +482,12 @@ class DatasetRenderer:
         (:func:`promptweave.tokens.api_token_len`) for the classes that use it.
         ``meta_template=`` / ``api=`` / ``max_seq_len=`` override what the model config gives."""
         meta = kw.pop("meta_template", None)
+        chat_model = False
         if model_cfg is not None:
             from promptweave.config import model_prompting
 
             prompting = model_prompting(model_cfg, kw.get("flavor", OPENCOMPASS))
+            chat_model = prompting.chat_template
             _warn_unmodelled_truncation(model_cfg, prompting.model_class)
             if meta is None:
                 meta = prompting.meta_template
@@ -511,7 +514,18 @@ class DatasetRenderer:
         for key in ("abbr", "n", "k"):
             if key in dataset_cfg:
                 kw.setdefault(key, dataset_cfg[key])
-        return cls(dataset_cfg["infer_cfg"], dataset_cfg.get("reader_cfg"), meta, **kw)
+        renderer = cls(dataset_cfg["infer_cfg"], dataset_cfg.get("reader_cfg"), meta, **kw)
+        chat = renderer.chat_template
+        if chat_model and chat is not None:
+            # the chat-template classes never give their model a second BOS token: HuggingFace
+            # and vLLM encode the text without special tokens, LMDeploy strips the BOS from it
+            # first; the default double-BOS warning (about a caller's own encoding) does not
+            # apply. A check the caller asked for ('error') is kept.
+            if chat.double_bos == "warn" and chat.tokenizer_adds_bos:
+                chat = copy.copy(chat)
+                chat.double_bos = "ignore"
+                renderer.chat_template = chat
+        return renderer
 
     # ------------------------------------------------------------------ configuration
     def _template(self, cfg: Any, what: str) -> Any:
