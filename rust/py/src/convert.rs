@@ -327,6 +327,22 @@ pub(crate) fn raw_item(obj: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<(Raw
     let d = obj
         .cast::<PyDict>()
         .map_err(|_| unsupported("item that is neither str nor dict"))?;
+    if d.len() == 2 {
+        // the usual role item, exactly `{role, prompt}`: two lookups (as the reference's
+        // `item['role']`, `item['prompt']`) instead of a walk over its items
+        let py = d.py();
+        if let Some(role) = d.get_item(intern!(py, "role"))? {
+            if let Some(prompt) = d.get_item(intern!(py, "prompt"))? {
+                let deep = !is_plain_value(&role) || !is_plain_value(&prompt);
+                let r = RawRole {
+                    role: Some(strs.backed(&role, "non-str role")?),
+                    prompt: Some(strs.backed(&prompt, "non-str prompt")?),
+                    ..RawRole::default()
+                };
+                return Ok((Raw::Role(r), deep));
+            }
+        }
+    }
     if let Some(m) = marker(d)? {
         return Ok((Raw::Marker(m), false));
     }
