@@ -188,6 +188,12 @@ INFER = {
     "retriever": {"type": "FixKRetriever", "fix_id_list": [0, 1]},
     "inferencer": {"type": "GenInferencer"},
 }
+#: a perplexity (label-dict) dataset of the same rows
+PPL_INFER = {
+    "prompt_template": {"template": {"a": "Q: {question}\nA: a", "b": "Q: {question}\nA: b"}},
+    "retriever": {"type": "ZeroRetriever"},
+    "inferencer": {"type": "PPLInferencer"},
+}
 READER = {"input_columns": ["question"], "output_column": "answer"}
 ROWS = T.Rows(
     [{"question": f"train {i} {{x}}", "answer": f"t{i}"} for i in range(3)],
@@ -310,3 +316,70 @@ def test_estimating_classes_match_the_wheels_sources() -> None:
         if estimates != counted:
             wrong.append(f"{name}: get_token_len of {owner(name)}, model_prompting: {counted}")
     assert not wrong, wrong
+
+
+def _ais_ppl_support(name: str) -> str:
+    """What AISBench 3.1's ``PPLInferencer`` does with the model class ``name``, read from the
+    wheel's source: ``'local'`` (not a service model: the inferencer drives service models
+    only), ``'none'`` (its nearest ``get_ppl_request_body`` raises: 'PPL is not supported'),
+    ``'ppl'`` (it makes the request)."""
+
+    def service(node: ast.ClassDef) -> bool | None:
+        return True if node.name == "BaseAPIModel" else None
+
+    def ppl_body(node: ast.ClassDef) -> str | None:
+        for f in node.body:
+            if isinstance(f, ast.AsyncFunctionDef | ast.FunctionDef):
+                if f.name == "get_ppl_request_body":
+                    return "none" if isinstance(f.body[-1], ast.Raise) else "ppl"
+        return None
+
+    if not _inherited("ais", name, service):
+        return "local"
+    return str(_inherited("ais", name, ppl_body) or "none")
+
+
+def test_ais_ppl_with_a_model_aisbench_cannot_score_is_refused(quiet: None) -> None:
+    """A perplexity (ppl) dataset with an AISBench model config: what AISBench 3.1's
+    PPLInferencer refuses is refused with its error code and built-in type (stream=True in the
+    config: ValueError ICLI-PARAM-007; a service class without a perplexity request:
+    NotImplementedError ICLI-IMPL-008; a local model, which the inferencer cannot drive:
+    AttributeError); the others render. Every stock model config of the wheel."""
+    ds = {"infer_cfg": PPL_INFER, "reader_cfg": READER, "abbr": "d"}
+    seen: dict[str, int] = {}
+    for rel, model in _model_configs("ais"):
+        name = model_prompting(model, "aisbench").model_class
+        if name not in _classes("ais"):
+            continue
+        support = _ais_ppl_support(name)
+        if model.get("stream") == True:  # noqa: E712  (the reference's own test)
+            expected: tuple[type[BaseException], str | None] | None = (ValueError, "PARAM-007")
+        elif support == "none":
+            expected = (NotImplementedError, "IMPL-008")
+        elif support == "local":
+            expected = (AttributeError, None)
+        else:
+            expected = None
+        if expected is None:
+            out = DatasetRenderer.from_config(ds, model, flavor="aisbench", mode="ppl")
+            assert out.render(ROWS.test, ROWS.train).prompts, rel
+        else:
+            with pytest.raises(expected[0]) as info:
+                DatasetRenderer.from_config(ds, model, flavor="aisbench", mode="ppl")
+            assert name in str(info.value), rel
+            if expected[1] is not None:
+                assert expected[1] in str(info.value), rel
+        key = "renders" if expected is None else expected[0].__name__
+        seen[key] = seen.get(key, 0) + 1
+    # the stock configs cover each case
+    assert set(seen) == {"renders", "ValueError", "NotImplementedError", "AttributeError"}, seen
+    # and promptweave's class lists are the wheel's
+    from promptweave.dataset import _AIS_LOCAL_MODELS, _AIS_NO_PPL_API_MODELS
+
+    assert {_ais_ppl_support(n) for n in _AIS_LOCAL_MODELS} == {"local"}
+    assert {_ais_ppl_support(n) for n in _AIS_NO_PPL_API_MODELS} == {"none"}
+    # the gen datasets are not affected, nor is the OpenCompass flavour
+    stream = {"type": "VLLMCustomAPIChat", "stream": True}
+    gen = {"infer_cfg": INFER, "reader_cfg": READER}
+    assert DatasetRenderer.from_config(gen, stream, flavor="aisbench").render(ROWS.test).prompts
+    assert DatasetRenderer.from_config(ds, stream, flavor="opencompass", mode="ppl")

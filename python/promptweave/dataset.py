@@ -29,7 +29,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Final, Literal, NamedTuple, cast
 
 from promptweave import _backend, _core
 from promptweave._flavor import AISBENCH, OPENCOMPASS
@@ -174,6 +174,63 @@ def _note_chat_row(exc: BaseException, nested: list[Any] | None) -> None:
             add_note(exc, note)
             return
         at += len(requests)
+
+
+#: AISBench 3.1's service models that make no perplexity request (``get_ppl_request_body``;
+#: VLLMCustomAPI and VLLMCustomAPIChat and their variants do) ...
+_AIS_NO_PPL_API_MODELS: Final = frozenset(
+    {
+        "MindieStreamApi",
+        "TGICustomAPI",
+        "TGICustomAPIStream",
+        "TritonCustomAPI",
+        "TritonCustomAPIStream",
+        "VITAGenerateAPI",
+    }
+)
+#: ... and its local models, which its PPLInferencer (a service-model inferencer) cannot drive
+_AIS_LOCAL_MODELS: Final = frozenset(
+    {
+        "HuggingFace",
+        "HuggingFaceCausalLM",
+        "HuggingFaceBaseModel",
+        "HuggingFacewithChatTemplate",
+        "HuggingFaceQwen2VLwithChatTemplate",
+        "QwenImageEditModel",
+        "VLLMOfflineVLModel",
+    }
+)
+
+
+def _refuse_ais_ppl(model_cfg: Mapping[str, Any], model_class: str) -> None:
+    """AISBench 3.1 cannot score perplexity with this model: raise what it raises (its error
+    code, the built-in type), instead of rendering prompts no model would get."""
+    if model_cfg.get("stream") == True:  # noqa: E712  (the reference's own test)
+        raise make_error(
+            ArgumentError,
+            f"{model_class or 'the model'} has stream=True: AISBench's PPLInferencer refuses "
+            "stream mode for perplexity (ppl) inference",
+            compat=ValueError,
+            code="ICLI-PARAM-007",
+            path="stream",
+        )
+    if model_class in _AIS_NO_PPL_API_MODELS:
+        raise make_error(
+            ArgumentError,
+            f"{model_class} makes no perplexity (ppl) request: AISBench says 'PPL is not "
+            "supported for this model' (models that do: VLLMCustomAPI, VLLMCustomAPIChat)",
+            compat=NotImplementedError,
+            code="ICLI-IMPL-008",
+        )
+    if model_class in _AIS_LOCAL_MODELS:
+        raise make_error(
+            ArgumentError,
+            f"{model_class} is a local model: AISBench 3.1's PPLInferencer drives service "
+            "models only, and fails with it (AttributeError: 'PPLInferencer' object has no "
+            "attribute 'inference'); render the ppl prompts with a service model "
+            "(VLLMCustomAPI, VLLMCustomAPIChat) or without a model",
+            compat=AttributeError,
+        )
 
 
 def _warn_unmodelled_truncation(model_cfg: Mapping[str, Any], model_class: str) -> None:
@@ -488,6 +545,10 @@ class DatasetRenderer:
 
             prompting = model_prompting(model_cfg, kw.get("flavor", OPENCOMPASS))
             chat_model = prompting.chat_template
+            if kw.get("flavor", OPENCOMPASS) == AISBENCH:
+                inferencer = dataset_cfg["infer_cfg"].get("inferencer") or {}
+                if (kw.get("mode") or cls._mode_of(inferencer)) == "ppl":
+                    _refuse_ais_ppl(model_cfg, prompting.model_class)
             _warn_unmodelled_truncation(model_cfg, prompting.model_class)
             if meta is None:
                 meta = prompting.meta_template
