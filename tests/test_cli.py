@@ -1661,8 +1661,13 @@ def test_prompts_the_model_class_cuts_when_it_tokenizes_are_noted(work: Path) ->
     (work / "chat_m.py").write_text(cls.format("HuggingFacewithChatTemplate", ""), "utf-8")
     base = cls.format("HuggingFaceBaseModel", f", max_seq_len={limit}")
     (work / "base_m.py").write_text(base, "utf-8")
-    for model, special in (("chat_m.py", False), ("base_m.py", True)):
-        proc = ok(work, *args, "--model", model, "--tokenizer", "hf/tokenizer.json")
+    # AISBench's classes of these names cut their input as OpenCompass's do
+    ais = base.replace("from opencompass.models", "from ais_bench.benchmark.models")
+    (work / "ais_base_m.py").write_text(ais, "utf-8")
+    cases = [("chat_m.py", False), ("base_m.py", True), ("ais_base_m.py", True)]
+    for model, special in cases:
+        flavor = ["--flavor", "aisbench"] if model.startswith("ais") else []
+        proc = ok(work, *args, *flavor, "--model", model, "--tokenizer", "hf/tokenizer.json")
         prompts = [r["prompt"] for r in records(proc.stdout)]
         cut = [i for i, p in enumerate(prompts) if _cut_by_reference(hf, p, limit, special)]
         assert 0 not in cut, (model, prompts)
@@ -1677,7 +1682,7 @@ def test_prompts_the_model_class_cuts_when_it_tokenizes_are_noted(work: Path) ->
         ) in proc.stderr
         assert "from the left" in proc.stderr
         # the model's own tokenizer (its path) counts as well; the prompts are the same
-        own = ok(work, *args, "--model", model)
+        own = ok(work, *args, *flavor, "--model", model)
         assert records(own.stdout) == records(proc.stdout)
         assert f"counted by the model's tokenizer (hf); first: test row {cut[0]}" in own.stderr
     # prompts that fit, or no way to count: no note

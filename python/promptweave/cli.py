@@ -755,7 +755,7 @@ class _Truncation:
     source: str
 
 
-#: OpenCompass's model classes whose ``generate`` tokenizes the final text with
+#: OpenCompass's (and AISBench's) model classes whose ``generate`` tokenizes the final text with
 #: ``truncation=True, max_length=max_seq_len`` (their tokenizer's ``truncation_side`` is
 #: ``'left'``): whether special tokens are added there (the chat template's text: not; a
 #: FastChat template's: yes)
@@ -767,17 +767,16 @@ _TRUNCATION_MARGIN: Final = 16
 
 
 def _tokenizer_truncation(
-    p: Any, model_cfg: Any, flavor: str, gen: bool, tok: Any, chat: Any, api: bool
+    p: Any, model_cfg: Any, gen: bool, tok: Any, chat: Any, api: bool
 ) -> _Truncation | None:
     """How the model class cuts long prompts when it tokenizes them, when the prompts written
     are the text it tokenizes and its tokens can be counted here (``--tokenizer``, else the
     model's own tokenizer on this machine); ``None`` otherwise. Its limit is the config's
     ``max_seq_len``, else (as the class takes it) the model's ``config.json`` on this machine:
     ``max_position_embeddings``, ``seq_length`` or ``model_max_length``."""
-    from promptweave._flavor import OPENCOMPASS
     from promptweave.tokens import text_token_counter
 
-    if p is None or not gen or flavor != OPENCOMPASS:
+    if p is None or not gen or not isinstance(model_cfg, Mapping):
         return None
     special = _TRUNCATING_MODELS.get(p.model_class)
     if special is None:
@@ -789,8 +788,9 @@ def _tokenizer_truncation(
             return None  # message lists are written, not the text the class tokenizes
     elif api:
         return None
-    limit = p.max_seq_len
-    if limit is None and isinstance(model_cfg, Mapping) and isinstance(model_cfg.get("path"), str):
+    given = model_cfg.get("max_seq_len")
+    limit = given if isinstance(given, int) and not isinstance(given, bool) else None
+    if limit is None and isinstance(model_cfg.get("path"), str):
         limit = _config_max_length(model_cfg["path"])
     if limit is None:
         return None
@@ -1019,9 +1019,7 @@ def _prepare(
         own_train=train_rows is not None,
     )
     job.unapplied_limit = unapplied
-    job.truncation = _tokenizer_truncation(
-        prompting, model_cfg, flavor or cfg.flavor, gen, tok, chat, api
-    )
+    job.truncation = _tokenizer_truncation(prompting, model_cfg, gen, tok, chat, api)
     if ice_indices is not None:
         lists = read_ice_indices(ice_indices)
         n = job.rows_rendered(None)
