@@ -1725,3 +1725,63 @@ def test_no_double_bos_warning_for_the_chat_model_classes(work: Path) -> None:
     assert "BOS" not in proc.stderr
     (prompt,) = [r["prompt"] for r in records(proc.stdout)]
     assert not prompt.startswith("<s>")  # stripped, as the class strips it
+
+
+AIS_DIALOGUE_CFG = """\
+from ais_bench.benchmark.openicl.icl_prompt_template import PromptTemplate
+from ais_bench.benchmark.openicl.icl_retriever import ZeroRetriever
+from ais_bench.benchmark.openicl.icl_inferencer import GenInferencer
+reader_cfg = dict(input_columns=['q'], output_column='a')
+template = dict(begin=[dict(role='SYSTEM', fallback_role='HUMAN', prompt='Be brief.')],
+                round=[dict(role='HUMAN', prompt='Q: {q}'), dict(role='BOT', prompt='{a}')])
+infer_cfg = dict(prompt_template=dict(type=PromptTemplate, template=template),
+                 retriever=dict(type=ZeroRetriever), inferencer=dict(type=GenInferencer))
+d_datasets = [dict(abbr='d', reader_cfg=reader_cfg, infer_cfg=infer_cfg)]
+"""
+
+
+def test_request_messages_of_aisbench_chat_service_models(work: Path) -> None:
+    """--request-messages: the model inputs as the request messages AISBench's chat service
+    models send (``promptweave.chat_models.ais_request_messages``, checked against the
+    reference class in test_model_prompting), sha256 over them; refused for other models; an
+    input the class cannot send is an error naming the test row."""
+    (work / "ais_cfg.py").write_text(AIS_DIALOGUE_CFG, "utf-8")
+    write_jsonl(work / "q.jsonl", [{"q": "one?", "a": "1"}, {"q": "两?", "a": "2"}])
+    chat = "from ais_bench.benchmark.models import VLLMCustomAPIChat\n"
+    chat += "models = [dict(type=VLLMCustomAPIChat, abbr='c', path='', model='m'{})]\n"
+    (work / "chat.py").write_text(chat.format(""), "utf-8")
+    args = ["render", "ais_cfg.py", "--data", "q.jsonl", "--model", "chat.py"]
+    parsed = records(ok(work, *args).stdout)
+    requests = records(ok(work, *args, "--request-messages").stdout)
+    assert parsed[1]["prompt"] == [
+        {"role": "SYSTEM", "prompt": "Be brief."},
+        {"role": "HUMAN", "prompt": "Q: 两?"},
+    ]
+    assert requests[1]["prompt"] == [
+        {"content": "Be brief.", "role": "system"},
+        {"content": "Q: 两?", "role": "user"},
+    ]
+    assert list(requests[1]["prompt"][0]) == ["content", "role"]  # the request's key order
+    for rec in requests:
+        assert rec["sha256"] == sha(json.dumps(rec["prompt"], ensure_ascii=False))
+    # only for those models
+    for other in ("model.py", "api_model.py"):
+        err = fails(
+            work,
+            "render",
+            "ais_cfg.py",
+            "--data",
+            "q.jsonl",
+            "--model",
+            other,
+            "--request-messages",
+        )
+        assert "--request-messages is for AISBench's chat service models" in err
+    # a meta template with a begin string: the class cannot send it (nor can the reference)
+    meta = ", meta_template=dict(begin='<s>', round=[dict(role='HUMAN', api_role='HUMAN'), "
+    meta += "dict(role='BOT', api_role='BOT', generate=True)])"
+    (work / "chat_begin.py").write_text(chat.format(meta), "utf-8")
+    args[-1] = "chat_begin.py"
+    err = fails(work, *args, "--request-messages")
+    assert "item 0 of the model input is '<s>', not a message" in err
+    assert "test row 0" in err

@@ -383,3 +383,69 @@ def test_ais_ppl_with_a_model_aisbench_cannot_score_is_refused(quiet: None) -> N
     gen = {"infer_cfg": INFER, "reader_cfg": READER}
     assert DatasetRenderer.from_config(gen, stream, flavor="aisbench").render(ROWS.test).prompts
     assert DatasetRenderer.from_config(ds, stream, flavor="opencompass", mode="ppl")
+
+
+def _reference_request_messages(model: dict[str, Any], parsed: Any) -> list[Any]:
+    """The ``messages`` of the request the AISBench class of ``model`` builds for ``parsed``
+    (its own ``get_request_body``, no network)."""
+    import asyncio
+
+    from ais_bench.benchmark.models.output import RequestOutput
+
+    name = model_prompting(model, "aisbench").model_class
+    cls = _ais_class(name)
+    offline = type(name, (cls,), {"_get_service_model_path": lambda self: "m"})
+    keys = ("meta_template", "stream", "generation_kwargs")
+    kw = {k: copy.deepcopy(v) for k, v in model.items() if k in keys}
+    kw.setdefault("generation_kwargs", {})
+    instance = offline(path="", model="m", **kw)
+    body = asyncio.run(instance.get_request_body(parsed, 16, RequestOutput(False)))
+    return list(body["messages"])
+
+
+def test_ais_request_messages_are_the_chat_service_models_requests(
+    reference: dict[str, Any], quiet: None
+) -> None:
+    """``ais_request_messages`` of what promptweave renders for every stock AISBench chat
+    service model config is, byte for byte (JSON), the ``messages`` of the request the class
+    itself builds for the reference's parsed prompt: gen and ppl datasets, a SYSTEM turn, a
+    plain string prompt, extra message keys, a custom role; a bare string item (a meta
+    template's ``begin``) fails in both."""
+    import json
+
+    from promptweave.chat_models import AIS_CHAT_SERVICE_MODELS, ais_request_messages
+
+    ds = {"infer_cfg": INFER, "reader_cfg": READER, "abbr": "d"}
+    ppl = {"infer_cfg": PPL_INFER, "reader_cfg": READER, "abbr": "d"}
+    compared = 0
+    for rel, model in _model_configs("ais"):
+        name = model_prompting(model, "aisbench").model_class
+        if name not in AIS_CHAT_SERVICE_MODELS:
+            continue
+        for cfg, mode in ((ds, "gen"), (ppl, "ppl")):
+            if mode == "ppl" and model.get("stream") == True:  # noqa: E712 (refused)
+                continue
+            r = DatasetRenderer.from_config(cfg, model, flavor="aisbench", mode=mode)
+            prompts = r.render(ROWS.test, ROWS.train).prompts
+            inputs = [p for row in prompts for p in (row.values() if mode == "ppl" else [row])]
+            for parsed in inputs:
+                want = _reference_request_messages(model, copy.deepcopy(parsed))
+                got = ais_request_messages(parsed)
+                assert json.dumps(got, ensure_ascii=False) == json.dumps(want, ensure_ascii=False)
+                compared += 1
+        assert compared, rel
+    assert compared >= 16, compared  # 4 stock configs: 2 gen rows, 2 x 2 ppl labels if not stream
+    # by hand: a str prompt, extra keys, an unknown role, a bare string item
+    model = {"type": "VLLMCustomAPIChat"}
+    odd = [
+        {"role": "SYSTEM", "prompt": "s", "name": "x"},
+        {"role": "TOOL", "prompt": "t"},
+        {"role": "CRITIC", "prompt": [{"type": "text", "text": "c"}]},
+    ]
+    for parsed in ("plain text", odd):
+        want = _reference_request_messages(model, copy.deepcopy(parsed))
+        assert json.dumps(ais_request_messages(parsed)) == json.dumps(want)
+    with pytest.raises(TypeError):
+        _reference_request_messages(model, ["begin", *odd])
+    with pytest.raises(TypeError, match="item 0 of the model input is 'begin', not a message"):
+        ais_request_messages(["begin", *odd])

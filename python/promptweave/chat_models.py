@@ -24,8 +24,10 @@ from promptweave._flavor import AISBENCH, OPENCOMPASS
 from promptweave.errors import PromptTypeError, UnknownRoleError, make_error
 
 __all__ = [
+    "AIS_CHAT_SERVICE_MODELS",
     "CHAT_ROLES",
     "FASTCHAT_TEMPLATES",
+    "ais_request_messages",
     "chat_meta_template",
     "chat_parser",
     "convert_base_messages",
@@ -35,6 +37,50 @@ __all__ = [
 
 #: the role names the conversion knows (any other role is an error, as in the reference)
 CHAT_ROLES = {"HUMAN": "user", "BOT": "assistant", "SYSTEM": "system"}
+
+#: AISBench 3.1's chat-completions service models: they send the parser's messages as the
+#: request's ``messages`` (:func:`ais_request_messages`)
+AIS_CHAT_SERVICE_MODELS = frozenset(
+    {
+        "VLLMCustomAPIChat",
+        "VLLMCustomAPIChatStream",
+        "VLLMFunctionCallAPIChat",
+        "VllmMultiturnAPIChatStream",
+    }
+)
+#: their role names (any other role is sent as it is)
+_AIS_REQUEST_ROLES = {"HUMAN": "user", "BOT": "assistant", "SYSTEM": "system", "TOOL": "tool"}
+
+
+def ais_request_messages(prompt: Any) -> list[dict[str, Any]]:
+    """The ``messages`` of the request AISBench 3.1's chat service models
+    (:data:`AIS_CHAT_SERVICE_MODELS`) send for the model input ``prompt`` -- the API parser's
+    output, as :class:`~promptweave.DatasetRenderer` gives it: a ``str`` is one user message;
+    each ``{'role', 'prompt'}`` message becomes ``{'content': prompt, 'role': ...}`` (HUMAN,
+    BOT, SYSTEM, TOOL as user, assistant, system, tool; another role as it is), its other keys
+    copied after those two, in that key order (the request's JSON bytes). An item that is not
+    a message (a meta template's ``begin`` string) makes the reference fail: a
+    :class:`~promptweave.errors.PromptTypeError` (a ``TypeError``) names it."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(prompt):
+        if not isinstance(item, Mapping) or "prompt" not in item:
+            what = "a message without 'prompt'" if isinstance(item, Mapping) else repr(item)[:80]
+            raise make_error(
+                PromptTypeError,
+                f"item {i} of the model input is {what}, not a message: AISBench's chat service "
+                "models cannot send it (the reference fails on it); a meta template's 'begin' "
+                "string is such an item",
+                compat=TypeError if not isinstance(item, Mapping) else KeyError,
+            )
+        role = item.get("role", "")
+        msg = {"content": item["prompt"], "role": _AIS_REQUEST_ROLES.get(role, role)}
+        for key, value in item.items():
+            if key not in ("role", "prompt"):
+                msg[key] = value
+        messages.append(msg)
+    return messages
 
 
 def chat_meta_template(flavor: str = OPENCOMPASS) -> dict[str, Any]:

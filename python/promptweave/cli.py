@@ -34,7 +34,7 @@ from typing import IO, Any, BinaryIO, Final, TypeVar
 
 import click
 
-from promptweave.errors import PromptRenderError
+from promptweave.errors import PromptRenderError, add_note
 
 __all__ = ["CliError", "cli", "main", "read_ice_indices", "read_rows"]
 
@@ -464,6 +464,8 @@ class _Job:
     unapplied_limit: tuple[int, int] | None = None
     #: the model class cuts its input to max_seq_len tokens when it tokenizes it
     truncation: _Truncation | None = None
+    #: --request-messages: write the request messages of AISBench's chat service models
+    request_messages: bool = False
 
     def rows_rendered(self, limit: int | None) -> int:
         """How many test rows a render covers (after the preparation), then ``limit``."""
@@ -939,6 +941,7 @@ def _prepare(
     ice_indices: str | None = None,
     columns: str | None = None,
     source_order: bool = False,
+    request_messages: bool = False,
 ) -> _Job:
     from promptweave.config import as_dumped
     from promptweave.dataset import DatasetRenderer
@@ -1020,6 +1023,17 @@ def _prepare(
     )
     job.unapplied_limit = unapplied
     job.truncation = _tokenizer_truncation(prompting, model_cfg, gen, tok, chat, api)
+    if request_messages:
+        from promptweave.chat_models import AIS_CHAT_SERVICE_MODELS
+
+        cls = prompting.model_class if prompting is not None else None
+        if cls not in AIS_CHAT_SERVICE_MODELS or chat is not None or not job.api:
+            raise CliError(
+                "--request-messages is for AISBench's chat service models ("
+                + ", ".join(sorted(AIS_CHAT_SERVICE_MODELS))
+                + f") given with --model; {'the model is ' + cls if cls else 'no --model'}"
+            )
+        job.request_messages = True
     if ice_indices is not None:
         lists = read_ice_indices(ice_indices)
         n = job.rows_rendered(None)
@@ -1105,7 +1119,7 @@ def _render(
         if ice is None and job.ice_indices is not None:
             ice = job.ice_indices[:n]
         update = progress.phase("rendering", n) if progress is not None else None
-        return job.renderer.render(
+        result = job.renderer.render(
             job.test,
             job.train if job.own_train else None,
             ice_indices=ice,
@@ -1114,6 +1128,32 @@ def _render(
             progress=update,
             loaded=job.loaded,
         )
+        if job.request_messages:
+            _as_request_messages(result)
+        return result
+
+
+def _as_request_messages(result: Any) -> None:
+    """The model inputs of ``result`` as the request messages AISBench's chat service models
+    send (:func:`promptweave.chat_models.ais_request_messages`), in place; an input the class
+    cannot send is an error naming the test row."""
+    from promptweave.chat_models import ais_request_messages
+
+    def each(prompt: Any) -> Any:
+        if result.mode == "ppl":
+            return {label: ais_request_messages(p) for label, p in prompt.items()}
+        if result.infer_mode is not None:
+            return [ais_request_messages(p) for p in prompt]
+        return ais_request_messages(prompt)
+
+    out = []
+    for i, prompt in enumerate(result.prompts):
+        try:
+            out.append(each(prompt))
+        except Exception as exc:
+            add_note(exc, f"while making the request messages of test row {result.test_indices[i]}")
+            raise
+    result.prompts = out
 
 
 def _warn_missing(result: Any) -> None:
@@ -1554,6 +1594,14 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "VLLMCustomAPIChat, the chat-template models, ...).",
         ),
         click.option(
+            "--request-messages",
+            is_flag=True,
+            help="AISBench's chat service models (VLLMCustomAPIChat and its variants, from "
+            "--model): write each model input as the 'messages' of the request the class sends "
+            "({content, role: user/assistant/system}), not as the parser's {role, prompt} "
+            "messages.",
+        ),
+        click.option(
             "--chat-template",
             metavar="PATH",
             help="Render for a local chat model: parse with the API parser (--model's "
@@ -1647,9 +1695,9 @@ def render(
 ) -> None:
     """Render every test row; write one JSON object per line.
 
-    Each line is {"index", "prompt" (str, or message list with --api) or "prompts" (label ->
-    prompt, ppl mode), "ice_indices", "sha256"}; sha256 is over the UTF-8 prompt, or over
-    json.dumps(messages, ensure_ascii=False) for message lists.
+    Each line is {"index", "prompt" (str, or message list with --api or --request-messages)
+    or "prompts" (label -> prompt, ppl mode), "ice_indices", "sha256"}; sha256 is over the
+    UTF-8 prompt, or over json.dumps(messages, ensure_ascii=False) for message lists.
 
     \b
     AISBench multimodal (MMPromptTemplate) rows: "prompt" as above (with --api, the message
