@@ -1782,6 +1782,11 @@ def test_request_messages_of_aisbench_chat_service_models(work: Path) -> None:
     meta += "dict(role='BOT', api_role='BOT', generate=True)])"
     (work / "chat_begin.py").write_text(chat.format(meta), "utf-8")
     args[-1] = "chat_begin.py"
+    noted = ok(work, *args)  # the parser's output, with a note
+    assert "note: 2 model inputs hold an item that is not a message (first: test row 0" in (
+        noted.stderr
+    )
+    assert "not a message" not in ok(work, *args[:-1], "chat.py").stderr
     err = fails(work, *args, "--request-messages")
     assert "item 0 of the model input is '<s>', not a message" in err
     assert "test row 0" in err

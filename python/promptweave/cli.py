@@ -466,6 +466,8 @@ class _Job:
     truncation: _Truncation | None = None
     #: --request-messages: write the request messages of AISBench's chat service models
     request_messages: bool = False
+    #: the model is one of AISBench's chat service models (its class name)
+    request_class: str | None = None
 
     def rows_rendered(self, limit: int | None) -> int:
         """How many test rows a render covers (after the preparation), then ``limit``."""
@@ -851,6 +853,31 @@ def _warn_truncated(job: _Job, result: Any) -> None:
         )
 
 
+def _warn_unsendable(job: _Job, result: Any) -> None:
+    """A note when AISBench's chat service model cannot send some of the model inputs written
+    (an item that is not a message: a meta template's ``begin`` string), on which the reference
+    fails; ``--request-messages`` makes that an error."""
+    if job.request_class is None or job.request_messages:
+        return
+
+    def bad(prompt: Any) -> bool:
+        if isinstance(prompt, dict):
+            return any(bad(p) for p in prompt.values())
+        if result.infer_mode is not None and isinstance(prompt, list):
+            return any(bad(p) for p in prompt)
+        return isinstance(prompt, list) and any(not isinstance(m, dict) for m in prompt)
+
+    rows = [result.test_indices[i] for i, p in enumerate(result.prompts) if bad(p)]
+    if rows:
+        n = len(rows)
+        _note(
+            f"note: {n:,} model input{'s hold' if n != 1 else ' holds'} an item that is not a "
+            f"message (first: test row {rows[0]}; a meta template's 'begin' string): "
+            f"AISBench's {job.request_class} cannot send {'them' if n != 1 else 'it'} (it "
+            "fails with TypeError)"
+        )
+
+
 def _local_model_file(spec: str, names: Sequence[str]) -> Path | None:
     """The first of ``names`` in the model directory ``spec``, or in the local HuggingFace
     cache of the hub name ``spec``; ``None`` if there is none (never downloads)."""
@@ -1023,10 +1050,12 @@ def _prepare(
     )
     job.unapplied_limit = unapplied
     job.truncation = _tokenizer_truncation(prompting, model_cfg, gen, tok, chat, api)
-    if request_messages:
-        from promptweave.chat_models import AIS_CHAT_SERVICE_MODELS
+    from promptweave.chat_models import AIS_CHAT_SERVICE_MODELS
 
-        cls = prompting.model_class if prompting is not None else None
+    cls = prompting.model_class if prompting is not None else None
+    if cls in AIS_CHAT_SERVICE_MODELS and chat is None and job.api:
+        job.request_class = cls
+    if request_messages:
         if cls not in AIS_CHAT_SERVICE_MODELS or chat is not None or not job.api:
             raise CliError(
                 "--request-messages is for AISBench's chat service models ("
@@ -1492,6 +1521,7 @@ def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     _warn_missing(result)
     _warn_unapplied_limit(job, result)
     _warn_truncated(job, result)
+    _warn_unsendable(job, result)
     r = job.renderer
     retriever = str(r.retriever_cfg.get("type", "ZeroRetriever"))
     retriever = getattr(r.retriever_cfg.get("type"), "name", retriever)
@@ -1714,6 +1744,7 @@ def render(
     _warn_missing(result)
     _warn_unapplied_limit(job, result)
     _warn_truncated(job, result)
+    _warn_unsendable(job, result)
     if out not in (None, "-"):
         _note(f"wrote {len(result.prompts):,} prompts ({result.mode}) to {out}")
 
