@@ -1685,6 +1685,12 @@ def test_prompts_the_model_class_cuts_when_it_tokenizes_are_noted(work: Path) ->
         own = ok(work, *args, *flavor, "--model", model)
         assert records(own.stdout) == records(proc.stdout)
         assert f"counted by the model's tokenizer (hf); first: test row {cut[0]}" in own.stderr
+    # a prompt the tokenizer cannot take (a lone surrogate) is not counted, and breaks nothing
+    odd = [*rows, {"q": " ".join(["w"] * 30) + " \ud800", "a": "x"}]
+    (work / "odd.jsonl").write_text("".join(json.dumps(r) + "\n" for r in odd), "utf-8")
+    proc = ok(work, "render", "zs_cfg.py", "--data", "odd.jsonl", "--model", "base_m.py")
+    assert len(records(proc.stdout)) == len(odd)
+    assert "note: 2 prompts are longer than HuggingFaceBaseModel's" in proc.stderr
     # prompts that fit, or no way to count: no note
     roomy = base.replace(f"max_seq_len={limit}", "max_seq_len=1000")
     (work / "roomy_m.py").write_text(roomy, "utf-8")

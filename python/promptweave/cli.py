@@ -839,7 +839,13 @@ def _warn_truncated(job: _Job, result: Any) -> None:
         if not isinstance(prompt, str):
             continue
         size = len(prompt.encode("utf-8", "surrogatepass"))
-        if size + _TRUNCATION_MARGIN > t.limit and t.counter(prompt) > t.limit:
+        if size + _TRUNCATION_MARGIN <= t.limit:
+            continue
+        try:
+            count = t.counter(prompt)
+        except Exception:  # a text the tokenizer cannot take (a lone surrogate): not counted
+            continue
+        if count > t.limit:
             longer.append(result.test_indices[i])
     if longer:
         n = len(longer)
