@@ -78,8 +78,9 @@ bench: build-prod  ## benchmarks against the reference (release build), with rat
 
 .PHONY: fuzz
 fuzz:  ## fuzz the core for 5 minutes per target
-	RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir rust/fuzz format -- -max_total_time=300
-	RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir rust/fuzz meta -- -max_total_time=300
+	for target in format markers meta template; do \
+		RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir rust/fuzz $$target -- -max_total_time=300 || exit 1; \
+	done
 
 .PHONY: all
 all: format lint-rust lint-python test  ## format, lint and test

@@ -1699,7 +1699,8 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=click.IntRange(min=1),
             metavar="N",
             help="Drop in-context examples from the end until the prompt fits N tokens, as the "
-            "reference inferencers do (needs --tokenizer).",
+            "reference inferencers do (needs --tokenizer, except for the API models that "
+            "estimate tokens themselves).",
         ),
     ]
     for option in reversed(options):
@@ -1846,10 +1847,10 @@ def demo() -> None:
         for line in summary:
             click.echo(line)
         click.echo(
-            "\nRender them yourself:\n"
+            "\nRender them yourself (the prompts to standard output, or a file with --out):\n"
             f"  cd {directory}\n"
             "  promptweave render mmlu_demo_gen.py --data test.jsonl --train train.jsonl "
-            "--model chatml_model.py --out prompts.jsonl"
+            "--model chatml_model.py"
         )
 
 

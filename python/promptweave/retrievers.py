@@ -1143,20 +1143,25 @@ class _RetrieverCore:
 
 def _fixk_indices(fix_id_list: Any, n_train: int, n_test: int, flavor: str) -> list[Any]:
     for idx in fix_id_list:
+        err = None
         if flavor == AISBENCH:
             if idx >= n_train or idx < 0:
-                raise make_error(
+                err = make_error(
                     RetrieverError,
                     f"Fix-K retriever index {idx} is out of range of [0, {n_train})",
                     compat=AssertionError,
                     code="ICLR-PARAM-004",
                 )
         elif not idx < n_train:  # OpenCompass lets negative ids through (Python indexing)
-            raise make_error(
+            err = make_error(
                 RetrieverError,
                 f"Index {idx} is out of range of {n_train}",
                 compat=AssertionError,
             )
+        if err is not None:
+            # (the reference's message; what it is about)
+            add_note(err, f"FixKRetriever's fix_id_list {fix_id_list!r}, {n_train} train rows")
+            raise err
     bad = [idx for idx in fix_id_list if isinstance(idx, bool)]
     if bad and n_test:
         # the reference's dataset refuses a bool index when the examples are read
