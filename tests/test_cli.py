@@ -1796,3 +1796,16 @@ def test_request_messages_of_aisbench_chat_service_models(work: Path) -> None:
     err = fails(work, *args, "--request-messages")
     assert "item 0 of the model input is '<s>', not a message" in err
     assert "test row 0" in err
+
+
+def test_notes_on_options_and_data_that_do_nothing(work: Path) -> None:
+    """No test rows is said (exit 0, nothing written); --infer-mode on a single-turn config is
+    said; --version names the program."""
+    (work / "none.jsonl").write_text("", "utf-8")
+    proc = ok(work, "render", "string_cfg.py", "--data", "none.jsonl")
+    assert proc.stdout == ""
+    assert "no test rows to render" in proc.stderr
+    proc = ok(work, "render", "string_cfg.py", "--data", "test.jsonl", "--infer-mode", "last")
+    assert "--infer-mode last is for multi-turn configs" in proc.stderr
+    assert records(proc.stdout)
+    assert ok(work, "--version").stdout.startswith("promptweave ")

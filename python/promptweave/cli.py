@@ -1041,6 +1041,12 @@ def _prepare(
             infer_mode=infer_mode,
             chat_template=chat,
         )
+    if infer_mode is not None and renderer.infer_mode is None:
+        _note(
+            f"note: --infer-mode {infer_mode} is for multi-turn configs (AISBench's "
+            "MultiTurnPromptTemplate, OpenCompass's ChatInferencer); this one sends one request "
+            "per row"
+        )
     job = _Job(
         renderer,
         test_rows,
@@ -1709,7 +1715,7 @@ def _data_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="promptweave", message="%(prog)s %(version)s")
+@click.version_option(package_name="promptweave", message="promptweave %(version)s")
 def cli() -> None:
     """Render evaluation datasets into the exact prompts OpenCompass 0.5.4 / AISBench 3.1 build.
 
@@ -1752,6 +1758,11 @@ def render(
     _warn_unapplied_limit(job, result)
     _warn_truncated(job, result)
     _warn_unsendable(job, result)
+    if not result.prompts:
+        _note(
+            f"note: {job.dataset}: no test rows to render (none in --data, or none left after "
+            "test_range or --limit)"
+        )
     if out not in (None, "-"):
         _note(f"wrote {len(result.prompts):,} prompts ({result.mode}) to {out}")
 
