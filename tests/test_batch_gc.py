@@ -204,3 +204,27 @@ def test_promote_young_refuses_when_objects_are_frozen() -> None:
     assert gc.get_freeze_count() == 0
     oldest = {id(o) for o in gc.get_objects(generation=2)}
     assert all(id(x) in oldest for x in young)
+
+
+@pytest.mark.parametrize("flow", ["mm", "raw"])
+def test_garbage_made_before_a_large_batch_is_not_held(flow: str) -> None:
+    """A large batch collects the young generations before it starts: garbage cycles the
+    caller made just before are freed then, not moved to the oldest generation with the
+    batch's output (where only a full collection would free them)."""
+    gc.enable()
+    if flow == "mm":
+        renderer = DatasetRenderer(MM_INFER, MM_READER, API_META, api=True, flavor="aisbench")
+        rows = mm_rows(5000)
+    else:
+        renderer = DatasetRenderer(RAW_INFER, RAW_READER, API_META, api=True)
+        rows = raw_rows(5000)
+    renderer.render(rows[:3], rows)  # (the first use imports and caches what it needs)
+    gc.collect()
+    holder: list[Any] = []
+    holder.append(holder)
+    ref = weakref.ref(_Box(holder))
+    del holder
+    out = renderer.render(rows, rows).prompts
+    assert ref() is None
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert id(out[-1]) in oldest

@@ -1698,6 +1698,43 @@ def test_prompts_the_model_class_cuts_when_it_tokenizes_are_noted(work: Path) ->
     far = base.replace("path='hf'", "path='nowhere'")
     (work / "far_m.py").write_text(far, "utf-8")
     assert "cuts its input" not in ok(work, *args, "--model", "far_m.py").stderr
+    # --max-seq-len is the limit when given; a limit that is not positive is not applied
+    given = ok(work, *args, "--model", "roomy_m.py", "--tokenizer", "hf/tokenizer.json")
+    assert "cuts its input" not in given.stderr
+    given = ok(
+        work,
+        *args,
+        "--model",
+        "roomy_m.py",
+        "--tokenizer",
+        "hf/tokenizer.json",
+        "--max-seq-len",
+        str(limit),
+        "--flavor",
+        "opencompass",
+    )
+    assert f"HuggingFaceBaseModel's max_seq_len ({limit} tokens" in given.stderr
+    negative = base.replace(f"max_seq_len={limit}", "max_seq_len=-5")
+    (work / "neg_m.py").write_text(negative, "utf-8")
+    assert "cuts its input" not in ok(work, *args, "--model", "neg_m.py").stderr
+    # a path no file system can have, a config.json nested too deep: not on this machine
+    (work / "long_m.py").write_text(base.replace("path='hf'", "path='x' * 3000"), "utf-8")
+    assert "cuts its input" not in ok(work, *args, "--model", "long_m.py").stderr
+    (work / "deep").mkdir()
+    (work / "deep" / "config.json").write_text("[" * 100_000 + "]" * 100_000, "utf-8")
+    deep = cls.format("HuggingFacewithChatTemplate", "").replace("path='hf'", "path='deep'")
+    (work / "deep_m.py").write_text(deep, "utf-8")
+    proc = ok(
+        work,
+        *args,
+        "--model",
+        "deep_m.py",
+        "--chat-template",
+        "hf",
+        "--tokenizer",
+        "hf/tokenizer.json",
+    )
+    assert "cuts its input" not in proc.stderr
 
 
 def test_no_double_bos_warning_for_the_chat_model_classes(work: Path) -> None:
@@ -1796,6 +1833,11 @@ def test_request_messages_of_aisbench_chat_service_models(work: Path) -> None:
     err = fails(work, *args, "--request-messages")
     assert "item 0 of the model input is '<s>', not a message" in err
     assert "test row 0" in err
+    # with --chat-template the prompts are a local model's text: the conflict is named
+    (work / "t.jinja").write_text(CHAT_JINJA, "utf-8")
+    args[-1] = "chat.py"
+    err = fails(work, *args, "--request-messages", "--chat-template", "t.jinja")
+    assert "with --chat-template the prompts are a local model's final text" in err
 
 
 def test_notes_on_options_and_data_that_do_nothing(work: Path) -> None:

@@ -66,7 +66,7 @@ def ais_request_messages(prompt: Any) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for i, item in enumerate(prompt):
         if not isinstance(item, Mapping) or "prompt" not in item:
-            what = "a message without 'prompt'" if isinstance(item, Mapping) else repr(item)[:80]
+            what = "a dict without 'prompt'" if isinstance(item, Mapping) else repr(item)[:80]
             raise make_error(
                 PromptTypeError,
                 f"item {i} of the model input is {what}, not a message: AISBench's chat service "

@@ -771,13 +771,14 @@ _TRUNCATION_MARGIN: Final = 16
 
 
 def _tokenizer_truncation(
-    p: Any, model_cfg: Any, gen: bool, tok: Any, chat: Any, api: bool
+    p: Any, model_cfg: Any, gen: bool, tok: Any, chat: Any, api: bool, max_seq_len: int | None
 ) -> _Truncation | None:
     """How the model class cuts long prompts when it tokenizes them, when the prompts written
     are the text it tokenizes and its tokens can be counted here (``--tokenizer``, else the
-    model's own tokenizer on this machine); ``None`` otherwise. Its limit is the config's
-    ``max_seq_len``, else (as the class takes it) the model's ``config.json`` on this machine:
-    ``max_position_embeddings``, ``seq_length`` or ``model_max_length``."""
+    model's own tokenizer on this machine); ``None`` otherwise. Its limit is ``--max-seq-len``
+    (``max_seq_len``), else the config's ``max_seq_len``, else (as the class takes it) the
+    model's ``config.json`` on this machine: ``max_position_embeddings``, ``seq_length`` or
+    ``model_max_length``; a limit that is not a positive int is not applied."""
     from promptweave.tokens import text_token_counter
 
     if p is None or not gen or not isinstance(model_cfg, Mapping):
@@ -792,11 +793,11 @@ def _tokenizer_truncation(
             return None  # message lists are written, not the text the class tokenizes
     elif api:
         return None
-    given = model_cfg.get("max_seq_len")
+    given = max_seq_len if max_seq_len is not None else model_cfg.get("max_seq_len")
     limit = given if isinstance(given, int) and not isinstance(given, bool) else None
-    if limit is None and isinstance(model_cfg.get("path"), str):
+    if limit is None and given is None and isinstance(model_cfg.get("path"), str):
         limit = _config_max_length(model_cfg["path"])
-    if limit is None:
+    if limit is None or limit <= 0:
         return None
     source = "--tokenizer"
     if tok is None and p.tokenizer is not None:
@@ -815,7 +816,7 @@ def _config_max_length(spec: str) -> int | None:
         return None
     try:
         config = json.loads(found.read_text("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (unreadable, not JSON, nested too deep)
         return None
     if not isinstance(config, dict):
         return None
@@ -888,8 +889,11 @@ def _local_model_file(spec: str, names: Sequence[str]) -> Path | None:
     """The first of ``names`` in the model directory ``spec``, or in the local HuggingFace
     cache of the hub name ``spec``; ``None`` if there is none (never downloads)."""
     path = Path(spec).expanduser()
-    if path.is_dir():
-        return next((path / n for n in names if (path / n).is_file()), None)
+    try:
+        if path.is_dir():
+            return next((path / n for n in names if (path / n).is_file()), None)
+    except OSError:  # not a path this system can have (too long, ...): not on this machine
+        return None
     if path.is_absolute() or spec.count("/") > 1:
         return None
     try:
@@ -1061,14 +1065,19 @@ def _prepare(
         own_train=train_rows is not None,
     )
     job.unapplied_limit = unapplied
-    job.truncation = _tokenizer_truncation(prompting, model_cfg, gen, tok, chat, api)
+    job.truncation = _tokenizer_truncation(prompting, model_cfg, gen, tok, chat, api, max_seq_len)
     from promptweave.chat_models import AIS_CHAT_SERVICE_MODELS
 
     cls = prompting.model_class if prompting is not None else None
     if cls in AIS_CHAT_SERVICE_MODELS and chat is None and job.api:
         job.request_class = cls
     if request_messages:
-        if cls not in AIS_CHAT_SERVICE_MODELS or chat is not None or not job.api:
+        if chat is not None:
+            raise CliError(
+                "--request-messages writes the messages a chat service model sends; with "
+                "--chat-template the prompts are a local model's final text: give one of them"
+            )
+        if cls not in AIS_CHAT_SERVICE_MODELS or not job.api:
             raise CliError(
                 "--request-messages is for AISBench's chat service models ("
                 + ", ".join(sorted(AIS_CHAT_SERVICE_MODELS))

@@ -547,7 +547,11 @@ class DatasetRenderer:
             chat_model = prompting.chat_template
             if kw.get("flavor", OPENCOMPASS) == AISBENCH:
                 inferencer = dataset_cfg["infer_cfg"].get("inferencer") or {}
-                if (kw.get("mode") or cls._mode_of(inferencer)) == "ppl":
+                # (an inferencer that is not a dict is refused by the constructor)
+                mode = kw.get("mode") or (
+                    cls._mode_of(inferencer) if isinstance(inferencer, Mapping) else None
+                )
+                if mode == "ppl":
                     _refuse_ais_ppl(model_cfg, prompting.model_class)
             _warn_unmodelled_truncation(model_cfg, prompting.model_class)
             if meta is None:
@@ -1136,7 +1140,7 @@ class DatasetRenderer:
             return None
         # the batch creates many objects at once: the collector would walk the whole heap
         # several times for nothing
-        gc_was_enabled = _collector_off()
+        collector = _collector_off(len(test))
         try:
             if self.flow == "multimodal":
                 # every row had the content field (its only column): the batch refuses a row
@@ -1148,7 +1152,7 @@ class DatasetRenderer:
         except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
             return None
         finally:
-            _collector_back(gc_was_enabled)
+            _collector_back(collector)
         return None
 
     def _render_raw_batch(
@@ -1318,7 +1322,7 @@ class DatasetRenderer:
                 return None
         # the call creates many objects at once: the collector would walk the whole heap
         # several times for nothing
-        gc_was_enabled = _collector_off()
+        collector = _collector_off(len(test))
         try:
             return _core.render_dataset(
                 t._compiled,
@@ -1351,7 +1355,7 @@ class DatasetRenderer:
             # Python path renders, or raises, as the reference does
             return None
         finally:
-            _collector_back(gc_was_enabled)
+            _collector_back(collector)
 
     def _ice_labels(
         self, train: list[dict[str, Any]], indices: list[list[int]]
@@ -1522,33 +1526,46 @@ def _raw_plan(template: Any) -> list[Any] | None:
     return plan
 
 
-#: a batch that leaves more than this many times the collector's first threshold of new
+#: a batch of at least this many rows is a large batch (``_collector_off``)
+_LARGE_BATCH_ROWS = 1000
+#: a large batch that leaves more than this many times the collector's first threshold of new
 #: tracked objects has them moved to the oldest generation when it ends (``_collector_back``)
 _PROMOTE_FACTOR = 10
 
 
-def _collector_off() -> bool:
-    """Turns the cyclic collector off for a batch; whether it was on."""
+def _collector_off(rows: int) -> tuple[bool, bool]:
+    """Turns the cyclic collector off for a batch of ``rows`` rows: whether it was on, and
+    whether the batch's output may be moved to the oldest generation when it ends.
+
+    Before a large batch the young generations are collected (a few thousand objects at most:
+    a fraction of a millisecond), so that what the batch leaves in them is (nearly) only its
+    own output, and garbage the caller made before the call is freed now, not held until a
+    full collection."""
     was_enabled = gc.isenabled()
+    large = was_enabled and rows >= _LARGE_BATCH_ROWS and gc.get_freeze_count() == 0
+    if large:
+        gc.collect(1)
     gc.disable()
-    return was_enabled
+    return was_enabled, large
 
 
-def _collector_back(was_enabled: bool) -> None:
+def _collector_back(state: tuple[bool, bool]) -> None:
     """Turns the collector back on after a batch (when it was on before).
 
     A batch makes its output with the collector off, so the collector's count of new objects
     is by then far past its threshold, and the first allocation after ``gc.enable()`` would
     start a young collection that walks the whole output at once only to find it alive and
-    move it on (a quarter of a multimodal batch's time). That output is long-lived: when the
-    count is that high, every tracked object is moved straight to the oldest generation, where
-    full collections still see it (``_core._promote_young``; nothing is moved when the
-    caller has frozen objects with ``gc.freeze()``).
+    move it on (a quarter of a multimodal batch's time). That output is long-lived: after a
+    large batch (:func:`_collector_off`) whose count is that high, every object in the young
+    generations -- the output, and what else was made meanwhile -- is moved straight to the
+    oldest generation, where full collections still see it (``_core._promote_young``; nothing
+    is moved when the caller has frozen objects with ``gc.freeze()``).
     """
+    was_enabled, large = state
     if not was_enabled:
         return
     threshold = gc.get_threshold()[0]
-    if threshold > 0 and gc.get_count()[0] > _PROMOTE_FACTOR * threshold:
+    if large and threshold > 0 and gc.get_count()[0] > _PROMOTE_FACTOR * threshold:
         _core._promote_young()
     gc.enable()
 
