@@ -428,7 +428,7 @@ def test_model_class_decides_the_parser(work: Path) -> None:
     with_flag = ok(work, *args, "--model", "api_model.py", "--api")
     implied = ok(work, *args, "--model", "api_model.py")
     assert implied.stdout == with_flag.stdout
-    assert "is an API model (OpenAISDK): prompts are message lists" in implied.stderr
+    assert "API model (OpenAISDK): prompts are parsed with APITemplateParser" in implied.stderr
     ais_chat = "from ais_bench.benchmark.models import VLLMCustomAPIChat\n"
     ais_chat += "models = [dict(type=VLLMCustomAPIChat, abbr='vllm-chat', path='', model='')]\n"
     (work / "ais_chat.py").write_text(ais_chat, "utf-8")

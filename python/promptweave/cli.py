@@ -655,7 +655,10 @@ def _model_prompting(
             _note(f"note: using the chat template of {cls}'s tokenizer ({chat})")
     if p.api and not api and chat is None and not (p.fastchat_template and find_chat):
         kind = "a chat-template model" if p.chat_template else "an API model"
-        _note(f"note: {name} is {kind} ({cls}): prompts are message lists, as it parses them")
+        _note(
+            f"note: {name} is {kind} ({cls}): prompts are parsed with APITemplateParser, as it "
+            "parses them (a dialogue prompt becomes a message list)"
+        )
     if p.chat_template and chat is None and not p.fastchat_template:
         where = f" {p.tokenizer!r} is not on this machine;" if p.tokenizer and find_chat else ""
         _note(
