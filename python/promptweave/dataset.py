@@ -1322,7 +1322,10 @@ class DatasetRenderer:
                 return None
         # the call creates many objects at once: the collector would walk the whole heap
         # several times for nothing
-        collector = _collector_off(len(test))
+        # (gen mode for a string model: the output is str objects, which the collector
+        # does not track: nothing to move, nothing to collect first)
+        containers = self.api or self.mode == "ppl"
+        collector = _collector_off(len(test) if containers else 0)
         try:
             return _core.render_dataset(
                 t._compiled,
