@@ -70,17 +70,8 @@ def chat_token_counter(chat_template: Any, tokenizer: Any) -> TokenCounter:
     ``tokenizer``: a ``tokenizers.Tokenizer`` or a transformers tokenizer (both without
     special tokens added, as the reference counts), or anything :func:`as_token_counter`
     takes, then counted as it counts."""
-    encode = getattr(tokenizer, "encode", None)
-    count: TokenCounter
-    module = type(tokenizer).__module__
-    if encode is not None and module.startswith("tokenizers"):
-        count = lambda text: len(encode(text, add_special_tokens=False).ids)  # noqa: E731
-    elif encode is not None and module.startswith("transformers"):
-        # (a PreTrainedTokenizer[Fast]: encode() returns the ids; its post-processor would add
-        # BOS/EOS, which apply_chat_template(tokenize=True) does not)
-        count = lambda text: len(encode(text, add_special_tokens=False))  # noqa: E731
-    else:
-        count = as_token_counter(tokenizer)
+    # (apply_chat_template(tokenize=True) adds no BOS/EOS of the tokenizer's post-processor)
+    count = text_token_counter(tokenizer, add_special_tokens=False)
 
     def counter(text: str) -> int:
         message = [{"role": "user", "content": text}]
