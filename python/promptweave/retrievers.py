@@ -892,6 +892,17 @@ def _index_error(split: str, idx: Any, size: int, exc: Exception) -> PromptRende
     )
 
 
+def _row_at(rows: Sequence[Row], split: str, idx: Any) -> Row:
+    """Row ``idx`` of the ``split`` rows, indexed as the reference's dataset indexes them."""
+    try:
+        if isinstance(idx, bool):  # a HuggingFace dataset refuses a bool index
+            raise TypeError(idx)
+        row: Row = rows[idx]
+    except (IndexError, TypeError) as exc:
+        raise _index_error(split, idx, len(rows), exc) from None
+    return row
+
+
 def _note_ice(exc: BaseException, idx: Any) -> None:
     """An exception raised rendering an example (the template's, or a value's own ``str()``)
     says which train row's in-context example it came from. (A try block, not a context
@@ -939,22 +950,10 @@ class _RetrieverCore:
 
     # ------------------------------------------------------------------ rows
     def _train_row(self, idx: Any) -> Row:
-        try:
-            if isinstance(idx, bool):  # a HuggingFace dataset refuses a bool index
-                raise TypeError(idx)
-            row: Row = self.index_ds[idx]
-        except (IndexError, TypeError) as exc:
-            raise _index_error("train", idx, len(self.index_ds), exc) from None
-        return row
+        return _row_at(self.index_ds, "train", idx)
 
     def _test_row(self, idx: Any) -> Row:
-        try:
-            if isinstance(idx, bool):  # a HuggingFace dataset refuses a bool index
-                raise TypeError(idx)
-            row: Row = self.test_ds[idx]
-        except (IndexError, TypeError) as exc:
-            raise _index_error("test", idx, len(self.test_ds), exc) from None
-        return row
+        return _row_at(self.test_ds, "test", idx)
 
     def _answer(self, row: Row, idx: Any) -> Any:
         column = self.dataset.output_column
