@@ -3,7 +3,7 @@
 ``DatasetRenderer``'s batches (multimodal, OpenAI messages, the Rust dataset job) make their
 output with the collector off. When that leaves many new tracked objects, they are moved to the
 oldest generation as the batch ends, so that the first allocation afterwards does not start a
-young collection walking the whole output (``promptweave.dataset._collector_back``). These tests
+young collection walking the whole output (``promptweave.dataset._collector_paused``). These tests
 pin what that may and may not change: the collector's state as the caller left it, a caller's
 ``gc.freeze()``, a small batch (nothing moved), and the output staying collectable.
 """

@@ -543,16 +543,16 @@ class DatasetRenderer:
         if model_cfg is not None:
             from promptweave.config import model_prompting
 
-            prompting = model_prompting(model_cfg, kw.get("flavor", OPENCOMPASS))
+            flavor = kw.get("flavor", OPENCOMPASS)
+            inferencer = dataset_cfg["infer_cfg"].get("inferencer") or {}
+            # (an inferencer that is not a dict is refused by the constructor)
+            mode = kw.get("mode") or (
+                cls._mode_of(inferencer) if isinstance(inferencer, Mapping) else None
+            )
+            prompting = model_prompting(model_cfg, flavor)
             chat_model = prompting.chat_template
-            if kw.get("flavor", OPENCOMPASS) == AISBENCH:
-                inferencer = dataset_cfg["infer_cfg"].get("inferencer") or {}
-                # (an inferencer that is not a dict is refused by the constructor)
-                mode = kw.get("mode") or (
-                    cls._mode_of(inferencer) if isinstance(inferencer, Mapping) else None
-                )
-                if mode == "ppl":
-                    _refuse_ais_ppl(model_cfg, prompting.model_class)
+            if flavor == AISBENCH and mode == "ppl":
+                _refuse_ais_ppl(model_cfg, prompting.model_class)
             _warn_unmodelled_truncation(model_cfg, prompting.model_class)
             if meta is None:
                 meta = prompting.meta_template
@@ -561,7 +561,7 @@ class DatasetRenderer:
             # max_seq_len: with the caller's token counter, or the API models' estimate
             if (
                 prompting.max_seq_len is not None
-                and kw.get("flavor", OPENCOMPASS) == OPENCOMPASS
+                and flavor == OPENCOMPASS
                 and "max_seq_len" not in kw
             ):
                 if kw.get("token_counter") is not None:
@@ -572,10 +572,8 @@ class DatasetRenderer:
             if kw.get("chat_template") is not None:
                 kw.setdefault("chat_template_kwargs", prompting.chat_template_kwargs)
                 kw.setdefault("strip_bos", prompting.strip_bos)
-            elif prompting.fastchat_template:
-                inferencer = dataset_cfg["infer_cfg"].get("inferencer") or {}
-                if (kw.get("mode") or cls._mode_of(inferencer)) == "gen":
-                    kw.setdefault("fastchat_template", prompting.fastchat_template)
+            elif prompting.fastchat_template and mode == "gen":
+                kw.setdefault("fastchat_template", prompting.fastchat_template)
         for key in ("abbr", "n", "k"):
             if key in dataset_cfg:
                 kw.setdefault(key, dataset_cfg[key])
@@ -1140,19 +1138,18 @@ class DatasetRenderer:
             return None
         # the batch creates many objects at once: the collector would walk the whole heap
         # several times for nothing
-        collector = _collector_off(len(test))
-        try:
-            if self.flow == "multimodal":
-                # every row had the content field (its only column): the batch refuses a row
-                # without it
-                out = self._render_mm_batch(test)
-                return None if out is None else (out, True)
-            if self.flow is None and getattr(self.template, "prompt_type", None) == "raw_messages":
-                return self._render_raw_batch(test, train, indices, retriever)
-        except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
-            return None
-        finally:
-            _collector_back(collector)
+        with _collector_paused(len(test)):
+            try:
+                if self.flow == "multimodal":
+                    # every row had the content field (its only column): the batch refuses a
+                    # row without it
+                    out = self._render_mm_batch(test)
+                    return None if out is None else (out, True)
+                raw = getattr(self.template, "prompt_type", None) == "raw_messages"
+                if self.flow is None and raw:
+                    return self._render_raw_batch(test, train, indices, retriever)
+            except (_core.FallbackRequired, TypeError, UnicodeEncodeError):
+                return None
         return None
 
     def _render_raw_batch(
@@ -1325,40 +1322,38 @@ class DatasetRenderer:
         # (gen mode for a string model: the output is str objects, which the collector
         # does not track: nothing to move, nothing to collect first)
         containers = self.api or self.mode == "ppl"
-        collector = _collector_off(len(test) if containers else 0)
-        try:
-            return _core.render_dataset(
-                t._compiled,
-                it._compiled if it is not None else None,
-                ice_labels,
-                sep,
-                eos,
-                self.output_column,
-                self.gen_field_replace_token,
-                parser._compiled,
-                self.api,
-                self.flavor == AISBENCH,
-                test,
-                train,
-                indices,
-                ppl_labels,
-                labels,
-                self._normalizing,
-                self._m.PromptList if self.api and meta else None,
-                self.threads,
-            )
-        except (_core.FallbackRequired, OverflowError, TypeError, UnicodeEncodeError):
-            # (a lone surrogate in a separator cannot reach the core as UTF-8: the Python path)
-            return None
-        except ValueError as exc:
-            if isinstance(exc, PromptRenderError):
-                raise
-            # a value's own str() failed (an int past Python's digit limit): the job reads every
-            # value once, the reference only those it formats (never a masked answer): the
-            # Python path renders, or raises, as the reference does
-            return None
-        finally:
-            _collector_back(collector)
+        with _collector_paused(len(test) if containers else 0):
+            try:
+                return _core.render_dataset(
+                    t._compiled,
+                    it._compiled if it is not None else None,
+                    ice_labels,
+                    sep,
+                    eos,
+                    self.output_column,
+                    self.gen_field_replace_token,
+                    parser._compiled,
+                    self.api,
+                    self.flavor == AISBENCH,
+                    test,
+                    train,
+                    indices,
+                    ppl_labels,
+                    labels,
+                    self._normalizing,
+                    self._m.PromptList if self.api and meta else None,
+                    self.threads,
+                )
+            except (_core.FallbackRequired, OverflowError, TypeError, UnicodeEncodeError):
+                # (a lone surrogate in a separator cannot reach the core as UTF-8: the Python path)
+                return None
+            except ValueError as exc:
+                if isinstance(exc, PromptRenderError):
+                    raise
+                # a value's own str() failed (an int past Python's digit limit): the job reads every
+                # value once, the reference only those it formats (never a masked answer): the
+                # Python path renders, or raises, as the reference does
+                return None
 
     def _ice_labels(
         self, train: list[dict[str, Any]], indices: list[list[int]]
@@ -1529,48 +1524,42 @@ def _raw_plan(template: Any) -> list[Any] | None:
     return plan
 
 
-#: a batch of at least this many rows is a large batch (``_collector_off``)
+#: a batch of at least this many rows is a large batch (``_collector_paused``)
 _LARGE_BATCH_ROWS = 1000
 #: a large batch that leaves more than this many times the collector's first threshold of new
-#: tracked objects has them moved to the oldest generation when it ends (``_collector_back``)
+#: tracked objects has them moved to the oldest generation when it ends (``_collector_paused``)
 _PROMOTE_FACTOR = 10
 
 
-def _collector_off(rows: int) -> tuple[bool, bool]:
-    """Turns the cyclic collector off for a batch of ``rows`` rows: whether it was on, and
-    whether the batch's output may be moved to the oldest generation when it ends.
+@contextlib.contextmanager
+def _collector_paused(rows: int) -> Iterator[None]:
+    """The cyclic collector off for a batch of ``rows`` rows, and back as the caller had it
+    when the batch ends (however it ends).
 
-    Before a large batch the young generations are collected (a few thousand objects at most:
-    a fraction of a millisecond), so that what the batch leaves in them is (nearly) only its
-    own output, and garbage the caller made before the call is freed now, not held until a
-    full collection."""
+    A batch makes its output with the collector off, so the collector's count of new objects
+    is by then far past its threshold, and the first allocation after ``gc.enable()`` would
+    start a young collection that walks the whole output at once only to find it alive and
+    move it on (a quarter of a multimodal batch's time). That output is long-lived. So before a
+    large batch the young generations are collected (a few thousand objects at most: a
+    fraction of a millisecond; garbage the caller made before the call is freed now, not held
+    until a full collection), and after it, when the count is that high, every object in the
+    young generations -- the output, and what else was made meanwhile -- is moved straight to
+    the oldest generation, where full collections still see it (``_core._promote_young``;
+    nothing is moved when the caller has frozen objects with ``gc.freeze()``).
+    """
     was_enabled = gc.isenabled()
     large = was_enabled and rows >= _LARGE_BATCH_ROWS and gc.get_freeze_count() == 0
     if large:
         gc.collect(1)
     gc.disable()
-    return was_enabled, large
-
-
-def _collector_back(state: tuple[bool, bool]) -> None:
-    """Turns the collector back on after a batch (when it was on before).
-
-    A batch makes its output with the collector off, so the collector's count of new objects
-    is by then far past its threshold, and the first allocation after ``gc.enable()`` would
-    start a young collection that walks the whole output at once only to find it alive and
-    move it on (a quarter of a multimodal batch's time). That output is long-lived: after a
-    large batch (:func:`_collector_off`) whose count is that high, every object in the young
-    generations -- the output, and what else was made meanwhile -- is moved straight to the
-    oldest generation, where full collections still see it (``_core._promote_young``; nothing
-    is moved when the caller has frozen objects with ``gc.freeze()``).
-    """
-    was_enabled, large = state
-    if not was_enabled:
-        return
-    threshold = gc.get_threshold()[0]
-    if large and threshold > 0 and gc.get_count()[0] > _PROMOTE_FACTOR * threshold:
-        _core._promote_young()
-    gc.enable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            threshold = gc.get_threshold()[0]
+            if large and threshold > 0 and gc.get_count()[0] > _PROMOTE_FACTOR * threshold:
+                _core._promote_young()
+            gc.enable()
 
 
 def _mm_part_spec(kind: Any, part: Any) -> tuple[Any, ...] | None:
