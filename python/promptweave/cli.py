@@ -255,6 +255,10 @@ class _NotArrow(Exception):
     """The values have no one Arrow type (a str and an int in one column, ...)."""
 
 
+#: the Arrow kind of a value of these types (ints and floats: ``_kind``)
+_KINDS: Final = {bool: "bool", str: "str", list: "list", dict: "dict"}
+
+
 def _kind(value: object) -> str:
     if type(value) is float:
         return "number"
@@ -262,8 +266,7 @@ def _kind(value: object) -> str:
         if not -(2**63) <= value < 2**63:
             raise _NotArrow  # past 64 bits: Arrow refuses it
         return "number"
-    kinds = {bool: "bool", str: "str", list: "list", dict: "dict"}
-    kind = kinds.get(type(value))
+    kind = _KINDS.get(type(value))
     if kind is None:
         raise _NotArrow
     return kind
@@ -675,6 +678,11 @@ def _model_prompting(
     return p.meta_template, api or p.api, p, chat
 
 
+#: a tokenizer makes at most one token per UTF-8 byte, plus at most this many special tokens:
+#: a text shorter than a token limit by this many bytes cannot exceed it
+_SPECIAL_TOKENS_MARGIN: Final = 16
+
+
 def _seq_len_fitting(
     p: Any, flavor: str, max_seq_len: int | None, tok: Any, chat: Any
 ) -> tuple[int | None, Any, tuple[int, int] | None]:
@@ -705,9 +713,8 @@ def _seq_len_fitting(
             why = "its chat template and tokenizer" if kind == "chat" else "a tokenizer"
             if given:
                 raise CliError(f"--max-seq-len needs {why} to count tokens (--tokenizer)")
-            # a tokenizer makes at most one token per UTF-8 byte, plus its special tokens; a
-            # chat template adds its own text around the prompt
-            return None, None, (limit, 512 if kind == "chat" else 16)
+            # a chat template adds its own text around the prompt
+            return None, None, (limit, 512 if kind == "chat" else _SPECIAL_TOKENS_MARGIN)
         if kind == "chat" and chat is not None:
             counter = chat_token_counter(chat, tok)
             how = f"tokens of the chat template's text, by {source}"
@@ -722,6 +729,16 @@ def _seq_len_fitting(
     return limit, counter, None
 
 
+def _row_inputs(result: Any, prompt: Any) -> list[Any]:
+    """The model inputs of one rendered row: one per label in ppl mode, one per request of a
+    multi-turn row, else the prompt itself."""
+    if result.mode == "ppl":
+        return list(prompt.values())
+    if result.infer_mode is not None:
+        return list(prompt)
+    return [prompt]
+
+
 def _warn_unapplied_limit(job: _Job, result: Any) -> None:
     """A note when the model's max_seq_len could not be applied and some prompt may be longer
     (more UTF-8 bytes than the limit allows tokens, less a margin): OpenCompass would have
@@ -730,15 +747,12 @@ def _warn_unapplied_limit(job: _Job, result: Any) -> None:
         return
     limit, margin = job.unapplied_limit
 
-    def texts(prompt: Any) -> list[str]:
-        # what OpenCompass counts: str() of each parsed prompt (its PromptList joins the
-        # prompts); one per label in ppl mode, one per request of a multi-turn row
-        if isinstance(prompt, dict):
-            return [str(p) for p in prompt.values()]
-        return [str(p) for p in prompt] if result.infer_mode is not None else [str(prompt)]
-
+    # what OpenCompass counts: str() of each model input (its PromptList joins the prompts)
     longer = sum(
-        any(len(t.encode("utf-8", "surrogatepass")) + margin > limit for t in texts(p))
+        any(
+            len(str(x).encode("utf-8", "surrogatepass")) + margin > limit
+            for x in _row_inputs(result, p)
+        )
         for p, ice in zip(result.prompts, result.ice_indices, strict=True)
         if ice
     )
@@ -767,10 +781,6 @@ class _Truncation:
 #: ``'left'``): whether special tokens are added there (the chat template's text: not; a
 #: FastChat template's: yes)
 _TRUNCATING_MODELS: Final = {"HuggingFacewithChatTemplate": False, "HuggingFaceBaseModel": True}
-
-#: a tokenizer makes at most one token per UTF-8 byte, plus its special tokens: prompts shorter
-#: than the limit by this many bytes are not counted
-_TRUNCATION_MARGIN: Final = 16
 
 
 def _tokenizer_truncation(
@@ -843,7 +853,7 @@ def _warn_truncated(job: _Job, result: Any) -> None:
         if not isinstance(prompt, str):
             continue
         size = len(prompt.encode("utf-8", "surrogatepass"))
-        if size + _TRUNCATION_MARGIN <= t.limit:
+        if size + _SPECIAL_TOKENS_MARGIN <= t.limit:
             continue
         try:
             count = t.counter(prompt)
@@ -870,14 +880,14 @@ def _warn_unsendable(job: _Job, result: Any) -> None:
     if job.request_class is None or job.request_messages:
         return
 
-    def bad(prompt: Any) -> bool:
-        if isinstance(prompt, dict):
-            return any(bad(p) for p in prompt.values())
-        if result.infer_mode is not None and isinstance(prompt, list):
-            return any(bad(p) for p in prompt)
-        return isinstance(prompt, list) and any(not isinstance(m, dict) for m in prompt)
+    def bad(x: Any) -> bool:
+        return isinstance(x, list) and any(not isinstance(m, dict) for m in x)
 
-    rows = [result.test_indices[i] for i, p in enumerate(result.prompts) if bad(p)]
+    rows = [
+        result.test_indices[i]
+        for i, p in enumerate(result.prompts)
+        if any(bad(x) for x in _row_inputs(result, p))
+    ]
     if rows:
         n = len(rows)
         _note(
@@ -1193,11 +1203,10 @@ def _as_request_messages(result: Any) -> None:
     from promptweave.chat_models import ais_request_messages
 
     def each(prompt: Any) -> Any:
+        inputs = [ais_request_messages(x) for x in _row_inputs(result, prompt)]
         if result.mode == "ppl":
-            return {label: ais_request_messages(p) for label, p in prompt.items()}
-        if result.infer_mode is not None:
-            return [ais_request_messages(p) for p in prompt]
-        return ais_request_messages(prompt)
+            return dict(zip(prompt, inputs, strict=True))
+        return inputs if result.infer_mode is not None else inputs[0]
 
     out = []
     for i, prompt in enumerate(result.prompts):
@@ -1207,6 +1216,14 @@ def _as_request_messages(result: Any) -> None:
             add_note(exc, f"while making the request messages of test row {result.test_indices[i]}")
             raise
     result.prompts = out
+
+
+def _notes_after(job: _Job, result: Any) -> None:
+    """What a person should know about the prompts rendered (``render`` and ``show``)."""
+    _warn_missing(result)
+    _warn_unapplied_limit(job, result)
+    _warn_truncated(job, result)
+    _warn_unsendable(job, result)
 
 
 def _warn_missing(result: Any) -> None:
@@ -1542,10 +1559,7 @@ def _tokens(prompt: Any, zero: Any, job: _Job, span: Any) -> str:
 def _show(job: _Job, *, n: int, strict: bool, title: str | None = None) -> Any:
     result = _render(job, None, limit=n, strict=strict)
     zero = _render(job, None, limit=n, strict=False, zero_shot=True)
-    _warn_missing(result)
-    _warn_unapplied_limit(job, result)
-    _warn_truncated(job, result)
-    _warn_unsendable(job, result)
+    _notes_after(job, result)
     r = job.renderer
     retriever = str(r.retriever_cfg.get("type", "ZeroRetriever"))
     retriever = getattr(r.retriever_cfg.get("type"), "name", retriever)
@@ -1766,10 +1780,7 @@ def render(
         job = _prepare(dataset_config, progress=progress, **kw)
         result = _render(job, progress, limit=limit, strict=strict)
         _write_records(result, out, progress)
-    _warn_missing(result)
-    _warn_unapplied_limit(job, result)
-    _warn_truncated(job, result)
-    _warn_unsendable(job, result)
+    _notes_after(job, result)
     if not result.prompts:
         _note(
             f"note: {job.dataset}: no test rows to render (none in --data, or none left after "
