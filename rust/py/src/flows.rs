@@ -261,6 +261,7 @@ pub(crate) fn render_raw_rows<'py>(
     let mut shapes: Vec<(Bound<'py, PyAny>, RawShape<'py>)> = Vec::new();
     let mut by_object: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
     let out = PyList::empty(py);
+    let mut copies: Vec<Bound<'py, PyDict>> = Vec::new();
     let mut complete = true;
     for (row, idx) in rows.iter().zip(indices.iter()) {
         let at = if let Some(&at) = by_object.get(&(idx.as_ptr() as usize)) {
@@ -276,10 +277,12 @@ pub(crate) fn render_raw_rows<'py>(
             at
         };
         let shape = &shapes[at].1;
-        let messages = PyList::empty(py);
+        // the copies made first, then the list at its size (appending grew it three times)
+        copies.clear();
         for d in &shape.flat {
-            messages.append(d.copy()?)?;
+            copies.push(d.copy()?);
         }
+        let messages = PyList::new(py, &copies)?;
         let mut checked = false;
         if !shape.slots.is_empty() {
             let Ok(row) = row.cast_exact::<PyDict>() else {
