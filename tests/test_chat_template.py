@@ -468,6 +468,25 @@ def test_render_many_input_forms_and_blocks(corpus: dict[str, str], threads: int
 
 
 @pytest.mark.parametrize("threads", [None, 2])
+def test_render_many_keeps_no_reference_to_its_input(
+    corpus: dict[str, str], threads: int | None
+) -> None:
+    """A batch's buffers are kept for the next batch, emptied: no key or value of the input
+    stays referenced once the call returns, whether it succeeded or failed."""
+    t = ChatTemplate(corpus["Qwen-Qwen2.5-7B-Instruct"], special_tokens=chat_corpus.SPECIAL_TOKENS)
+    role, content, text = "".join(["ro", "le"]), "".join(["con", "tent"]), "".join(["ab"] * 40)
+    convs = [[{role: "user", content: text}, {role: "assistant", content: text + "!"}]] * 3
+    before = [sys.getrefcount(o) for o in (role, content, text)]
+    want = t.render_many(convs, threads=threads)
+    assert [sys.getrefcount(o) for o in (role, content, text)] == before
+    with pytest.raises(ChatInputError, match=r"^conversation 3: Cannot apply"):
+        t.render_many([*convs, []], threads=threads)
+    assert [sys.getrefcount(o) for o in (role, content, text)] == before
+    # the kept buffers give the same result again
+    assert t.render_many(convs, threads=threads) == want == [t.render(c) for c in convs]
+
+
+@pytest.mark.parametrize("threads", [None, 2])
 def test_render_many_names_the_failing_conversation(
     corpus: dict[str, str], threads: int | None
 ) -> None:

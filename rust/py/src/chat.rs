@@ -503,6 +503,37 @@ struct Block {
     chats: Vec<Chat>,
 }
 
+/// A block and its outputs, kept from batch to batch: their text buffers are made at their
+/// full size once (growing them as a batch is read copied about as much text again, and each
+/// batch faulted their pages in anew).
+#[derive(Default)]
+struct Scratch {
+    block: Block,
+    out: Outputs,
+}
+
+impl Scratch {
+    /// Empty, its buffers made at their full size.
+    fn sized() -> Self {
+        let mut scratch = Scratch::default();
+        // a block ends after the conversation that takes it past `BLOCK_BYTES`
+        scratch
+            .block
+            .plain
+            .text
+            .reserve(BLOCK_BYTES + BLOCK_BYTES / 4);
+        scratch.out.text.reserve(BLOCK_BYTES + BLOCK_BYTES / 2);
+        scratch
+    }
+
+    /// Empties it, Python references included, to be kept.
+    fn clear(&mut self) {
+        self.block.plain.clear();
+        self.block.chats.clear();
+        self.out.clear();
+    }
+}
+
 /// Rendered outputs: one buffer and the end of each output in it.
 #[derive(Default)]
 struct Outputs {
@@ -610,6 +641,9 @@ pub(crate) struct PyChatTemplate {
     inner: ChatTemplate,
     hook: Option<Py<PyAny>>,
     keep_none: bool,
+    /// the buffers of the last one-thread batch, for the next (a batch running meanwhile on
+    /// another thread makes its own)
+    scratch: std::sync::Mutex<Option<Scratch>>,
 }
 
 impl PyChatTemplate {
@@ -763,6 +797,44 @@ impl PyChatTemplate {
         })
     }
 
+    /// `render_many` on this thread: a block read, rendered with the interpreter released, its
+    /// strings made; and again.
+    fn render_blocks<'py>(
+        &self,
+        c: &Converter<'_, 'py>,
+        vars: &Vars,
+        iter: &mut impl Iterator<Item = PyResult<Bound<'py, PyAny>>>,
+        options: &RenderOptions,
+        list: &Bound<'py, PyList>,
+        scratch: &mut Scratch,
+    ) -> PyResult<()> {
+        let Scratch { block, out } = scratch;
+        let mut offset = 0;
+        loop {
+            Self::fill(c, vars, iter, block, Some(offset))?;
+            if block.chats.is_empty() {
+                return Ok(());
+            }
+            out.clear();
+            let inner = &self.inner;
+            list.py()
+                .detach(|| {
+                    render_chats(
+                        inner,
+                        vars,
+                        &block.plain,
+                        &block.chats,
+                        offset,
+                        options,
+                        out,
+                    )
+                })
+                .map_err(|(i, e)| chat_err(e, Some(i)))?;
+            out.append_to(list)?;
+            offset += block.chats.len();
+        }
+    }
+
     /// The variables and one conversation (unnumbered in errors).
     fn read_one(
         &self,
@@ -853,6 +925,7 @@ impl PyChatTemplate {
             inner,
             hook: plain_hook,
             keep_none,
+            scratch: std::sync::Mutex::new(None),
         })
     }
 
@@ -960,31 +1033,14 @@ impl PyChatTemplate {
                 self.render_pipelined(c, &vars, &mut iter, &options, &list)?;
                 return Ok(list);
             }
-            let mut block = Block::default();
-            let mut out = Outputs::default();
-            let mut offset = 0;
-            loop {
-                Self::fill(c, &vars, &mut iter, &mut block, Some(offset))?;
-                if block.chats.is_empty() {
-                    return Ok(list);
-                }
-                out.clear();
-                let inner = &self.inner;
-                py.detach(|| {
-                    render_chats(
-                        inner,
-                        &vars,
-                        &block.plain,
-                        &block.chats,
-                        offset,
-                        &options,
-                        &mut out,
-                    )
-                })
-                .map_err(|(i, e)| chat_err(e, Some(i)))?;
-                out.append_to(&list)?;
-                offset += block.chats.len();
+            let taken = self.scratch.lock().ok().and_then(|mut s| s.take());
+            let mut scratch = taken.unwrap_or_else(Scratch::sized);
+            let result = self.render_blocks(c, &vars, &mut iter, &options, &list, &mut scratch);
+            scratch.clear();
+            if let Ok(mut kept) = self.scratch.lock() {
+                *kept = Some(scratch);
             }
+            result.map(|()| list)
         })
     }
 }
