@@ -532,6 +532,13 @@ impl Scratch {
         self.block.chats.clear();
         self.out.clear();
     }
+
+    /// Whether its buffers are of the usual size (one grown for an outsized conversation is not
+    /// kept: the memory goes back).
+    fn worth_keeping(&self) -> bool {
+        self.block.plain.text.capacity() <= 4 * BLOCK_BYTES
+            && self.out.text.capacity() <= 4 * BLOCK_BYTES
+    }
 }
 
 /// Rendered outputs: one buffer and the end of each output in it.
@@ -1037,8 +1044,10 @@ impl PyChatTemplate {
             let mut scratch = taken.unwrap_or_else(Scratch::sized);
             let result = self.render_blocks(c, &vars, &mut iter, &options, &list, &mut scratch);
             scratch.clear();
-            if let Ok(mut kept) = self.scratch.lock() {
-                *kept = Some(scratch);
+            if scratch.worth_keeping() {
+                if let Ok(mut kept) = self.scratch.lock() {
+                    *kept = Some(scratch);
+                }
             }
             result.map(|()| list)
         })
