@@ -482,7 +482,9 @@ def test_render_many_keeps_no_reference_to_its_input(
     with pytest.raises(ChatInputError, match=r"^conversation 3: Cannot apply"):
         t.render_many([*convs, []], threads=threads)
     assert [sys.getrefcount(o) for o in (role, content, text)] == before
-    # the kept buffers give the same result again
+    # the kept buffers give the same result again, after a batch that outgrew them too
+    huge = [[{"role": "user", "content": "h" * 3_000_000}]]
+    assert t.render_many(huge, threads=threads) == [t.render(huge[0])]
     assert t.render_many(convs, threads=threads) == want == [t.render(c) for c in convs]
 
 
