@@ -488,6 +488,38 @@ def test_render_many_keeps_no_reference_to_its_input(
     assert t.render_many(convs, threads=threads) == want == [t.render(c) for c in convs]
 
 
+def test_render_many_from_several_threads(corpus: dict[str, str]) -> None:
+    """Python threads sharing one template (each batch renders with the interpreter released,
+    so they interleave, and one of them at a time reuses the template's kept buffers): every
+    batch gives what ``render`` gives."""
+    import threading
+
+    t = ChatTemplate(corpus["Qwen-Qwen2.5-7B-Instruct"], special_tokens=chat_corpus.SPECIAL_TOKENS)
+    convs = [
+        [
+            {"role": "user", "content": f"{i} " + "q" * (i % 97)},
+            {"role": "assistant", "content": f"a{i}"},
+        ]
+        for i in range(600)
+    ]
+    want = [t.render(c) for c in convs]
+    failures: list[tuple[int, int]] = []
+
+    def work(k: int) -> None:
+        for i in range(8):
+            lo = (k * 53 + i * 31) % 200
+            hi = lo + 300 + 10 * i
+            if t.render_many(convs[lo:hi], threads=1 + (k + i) % 2) != want[lo:hi]:
+                failures.append((k, i))
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert failures == []
+
+
 @pytest.mark.parametrize("threads", [None, 2])
 def test_render_many_names_the_failing_conversation(
     corpus: dict[str, str], threads: int | None
