@@ -569,16 +569,16 @@ impl Outputs {
     }
 }
 
-/// Renders `chats` (numbered from `offset`), appending to `out`.
+/// Renders the conversations of `block` (numbered from `offset`), appending to `out`.
 fn render_chats(
     template: &ChatTemplate,
     vars: &Vars,
-    plain: &Plain,
-    chats: &[Chat],
+    block: &Block,
     offset: usize,
     options: &RenderOptions,
     out: &mut Outputs,
 ) -> Result<(), (usize, ChatError)> {
+    let Block { plain, chats } = block;
     let fields = plain.view();
     let var_fields = vars.plain.as_ref().map(Plain::view);
     let mut messages: Vec<FastMessage<'_>> = Vec::new();
@@ -734,15 +734,7 @@ impl PyChatTemplate {
             let renderer = s.spawn(move || {
                 for (block, mut out, offset) in job_rx {
                     out.clear();
-                    let result = render_chats(
-                        inner,
-                        vars,
-                        &block.plain,
-                        &block.chats,
-                        offset,
-                        options,
-                        &mut out,
-                    );
+                    let result = render_chats(inner, vars, &block, offset, options, &mut out);
                     if done_tx.send((block, out, result)).is_err() {
                         break;
                     }
@@ -825,17 +817,7 @@ impl PyChatTemplate {
             out.clear();
             let inner = &self.inner;
             list.py()
-                .detach(|| {
-                    render_chats(
-                        inner,
-                        vars,
-                        &block.plain,
-                        &block.chats,
-                        offset,
-                        options,
-                        out,
-                    )
-                })
+                .detach(|| render_chats(inner, vars, block, offset, options, out))
                 .map_err(|(i, e)| chat_err(e, Some(i)))?;
             out.append_to(list)?;
             offset += block.chats.len();
@@ -972,16 +954,8 @@ impl PyChatTemplate {
         };
         let (vars, block) = self.read_one(py, messages, variables)?;
         let mut out = Outputs::default();
-        render_chats(
-            &self.inner,
-            &vars,
-            &block.plain,
-            &block.chats,
-            0,
-            &options,
-            &mut out,
-        )
-        .map_err(|(_, e)| chat_err(e, None))?;
+        render_chats(&self.inner, &vars, &block, 0, &options, &mut out)
+            .map_err(|(_, e)| chat_err(e, None))?;
         Ok(PyString::new(py, &out.text))
     }
 
