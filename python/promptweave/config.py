@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from promptweave._flavor import AISBENCH, OPENCOMPASS, Flavor
+from promptweave.chat_models import AIS_CHAT_SERVICE_MODELS, chat_meta_template
 from promptweave.errors import ConfigError
 
 __all__ = [
@@ -346,14 +347,7 @@ _LOCAL_API_PARSER_MODELS: Final = frozenset(
 )
 # ... and AISBench's chat-completions service models: with no meta template in the config they
 # use the default chat meta template (HUMAN/BOT rounds, a reserved SYSTEM role).
-_DEFAULT_CHAT_META_MODELS: Final = frozenset(
-    {
-        "VLLMCustomAPIChat",
-        "VLLMCustomAPIChatStream",
-        "VLLMFunctionCallAPIChat",
-        "VllmMultiturnAPIChatStream",
-    }
-)
+_DEFAULT_CHAT_META_MODELS: Final = AIS_CHAT_SERVICE_MODELS
 _API_PARSER_MODELS: Final = (
     _ESTIMATING_API_MODELS
     | _OPENAI_MODELS
@@ -458,8 +452,6 @@ def model_prompting(model_cfg: Mapping[str, Any], flavor: str = OPENCOMPASS) -> 
     default when the config has none (AISBench's ``VLLMCustomAPIChat`` family, the chat-template
     models' default chat meta template of ``flavor``), or none at all (``HuggingFaceBaseModel``
     ignores the config's). ``flavor`` is the framework rendering the prompts."""
-    from promptweave.chat_models import chat_meta_template
-
     name = _type_name(model_cfg.get("type"))
     meta = model_cfg.get("meta_template")
     length = model_cfg.get("max_seq_len")
