@@ -28,6 +28,7 @@ __all__ = [
     "CHAT_ROLES",
     "FASTCHAT_TEMPLATES",
     "ais_request_messages",
+    "ais_sendable",
     "chat_meta_template",
     "chat_parser",
     "convert_base_messages",
@@ -52,6 +53,12 @@ AIS_CHAT_SERVICE_MODELS = frozenset(
 _AIS_REQUEST_ROLES = {"HUMAN": "user", "BOT": "assistant", "SYSTEM": "system", "TOOL": "tool"}
 
 
+def ais_sendable(item: Any) -> bool:
+    """Whether AISBench's chat service models can send ``item`` of a model input: a message
+    (a dict with ``'prompt'``), not a meta template's ``begin`` string."""
+    return isinstance(item, Mapping) and "prompt" in item
+
+
 def ais_request_messages(prompt: Any) -> list[dict[str, Any]]:
     """The ``messages`` of the request AISBench 3.1's chat service models
     (:data:`AIS_CHAT_SERVICE_MODELS`) send for the model input ``prompt`` -- the API parser's
@@ -65,7 +72,7 @@ def ais_request_messages(prompt: Any) -> list[dict[str, Any]]:
         return [{"role": "user", "content": prompt}]
     messages: list[dict[str, Any]] = []
     for i, item in enumerate(prompt):
-        if not isinstance(item, Mapping) or "prompt" not in item:
+        if not ais_sendable(item):
             what = "a dict without 'prompt'" if isinstance(item, Mapping) else repr(item)[:80]
             raise make_error(
                 PromptTypeError,
@@ -180,7 +187,7 @@ def convert_base_messages(inputs: Iterable[Any]) -> list[str]:
             continue
         parts = []
         for i, item in enumerate(prompt):
-            if not isinstance(item, Mapping) or "prompt" not in item:
+            if not ais_sendable(item):
                 raise make_error(
                     PromptTypeError,
                     f"prompt item {i} is not a role dict with a 'prompt'",

@@ -879,9 +879,10 @@ def _warn_unsendable(job: _Job, result: Any) -> None:
     fails; ``--request-messages`` makes that an error."""
     if job.request_class is None or job.request_messages:
         return
+    from promptweave.chat_models import ais_sendable
 
     def bad(x: Any) -> bool:
-        return isinstance(x, list) and any(not isinstance(m, dict) for m in x)
+        return isinstance(x, list) and not all(ais_sendable(m) for m in x)
 
     rows = [
         result.test_indices[i]
