@@ -90,6 +90,42 @@ def test_installed_method_equals_the_class_method_and_the_reference(
         ours.parse_template(_prompt(M), "GEN")
 
 
+def _fresh(s: str) -> str:
+    """A str equal to ``s`` that is another object than the interned one (as a key read from
+    JSON is)."""
+    fresh = "".join(list(s))
+    assert fresh == s and fresh is not s
+    return fresh
+
+
+def _two_key_items(M: Any) -> Any:
+    """Items of exactly two keys in each form: either key order, keys and marker names that
+    are not the interned strings."""
+    return M.PromptList(
+        [
+            {"pos": "begin", "section": "round"},
+            {"prompt": "What is 2+2? {x}", "role": "HUMAN"},
+            {_fresh("role"): "BOT", _fresh("prompt"): "4"},
+            {_fresh("prompt"): "And 3+3?", _fresh("role"): "HUMAN"},
+            {"role": "BOT", "prompt": ""},
+            {_fresh("section"): _fresh("round"), _fresh("pos"): _fresh("end")},
+        ]
+    )
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("meta", [None, META], ids=["no-meta", "chatml"])
+def test_two_key_items_in_any_form(reference: dict[str, Any], fw: str, meta: Any) -> None:
+    M = OURS[fw]
+    ours, ref = M.LMTemplateParser(meta), reference[fw].LMTemplateParser(meta)
+    fallbacks = _backend.fallbacks
+    for mode in ("gen", "ppl"):
+        got = ours.parse_template(_two_key_items(M), mode=mode)
+        assert repr(got) == repr(ref.parse_template(_two_key_items(reference[fw]), mode=mode))
+        assert repr(got) == repr(ours.parse_template(_prompt(M), mode=mode))
+    assert _backend.fallbacks == fallbacks
+
+
 @pytest.mark.parametrize(
     ("fw", "cls", "meta"),
     [("oc", "LMTemplateParser", META), ("ais", "APITemplateParser", API_META)],

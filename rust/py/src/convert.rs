@@ -160,18 +160,58 @@ fn marker(d: &Bound<'_, PyDict>) -> PyResult<Option<Marker>> {
             "section dict that is not exactly {section, pos}",
         ));
     };
-    let section = match known_name(&section) {
+    marker_of(&section, &pos).map(Some)
+}
+
+/// The marker `{section: section, pos: pos}`.
+fn marker_of(section: &Bound<'_, PyAny>, pos: &Bound<'_, PyAny>) -> PyResult<Marker> {
+    let section = match known_name(section) {
         Some(name) => Section::from_name(name),
-        None => Section::from_name(&backed(&section, "non-str section")?),
+        None => Section::from_name(&backed(section, "non-str section")?),
     };
-    let pos = match known_name(&pos) {
+    let pos = match known_name(pos) {
         Some(name) => Pos::from_name(name),
-        None => Pos::from_name(&backed(&pos, "non-str pos")?),
+        None => Pos::from_name(&backed(pos, "non-str pos")?),
     };
     match (section, pos) {
-        (Some(s), Some(p)) => Ok(Some(Marker::new(s, p))),
+        (Some(s), Some(p)) => Ok(Marker::new(s, p)),
         _ => Err(unsupported("unknown section or pos")),
     }
+}
+
+/// A dict of exactly two keys that are the interned `role` and `prompt`, or `section` and
+/// `pos` (as in the dicts this module makes and dict literals in Python code), read in one walk
+/// over its two entries instead of by lookups. `None`: any other two keys (equal strings that
+/// are other objects included), which the lookups then read.
+fn two_key_item(d: &Bound<'_, PyDict>, strs: &mut Strs) -> PyResult<Option<Raw>> {
+    let py = d.py();
+    let mut entries = d.iter();
+    let (Some((k1, v1)), Some((k2, v2))) = (entries.next(), entries.next()) else {
+        return Ok(None);
+    };
+    let (role, prompt) = (intern!(py, "role"), intern!(py, "prompt"));
+    let (section, pos) = (intern!(py, "section"), intern!(py, "pos"));
+    let item = if k1.is(role) && k2.is(prompt) {
+        role_item(&v1, &v2, strs)?
+    } else if k1.is(prompt) && k2.is(role) {
+        role_item(&v2, &v1, strs)?
+    } else if k1.is(section) && k2.is(pos) {
+        Raw::Marker(marker_of(&v1, &v2)?)
+    } else if k1.is(pos) && k2.is(section) {
+        Raw::Marker(marker_of(&v2, &v1)?)
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(item))
+}
+
+/// The role item `{role: role, prompt: prompt}`.
+fn role_item(role: &Bound<'_, PyAny>, prompt: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<Raw> {
+    Ok(Raw::Role(RawRole {
+        role: Some(strs.backed(role, "non-str role")?),
+        prompt: Some(strs.backed(prompt, "non-str prompt")?),
+        ..RawRole::default()
+    }))
 }
 
 /// A marker name given as one of the interned name strings (as in markers this module made, and
@@ -328,18 +368,16 @@ pub(crate) fn raw_item(obj: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<(Raw
         .cast::<PyDict>()
         .map_err(|_| unsupported("item that is neither str nor dict"))?;
     if d.len() == 2 {
-        // the usual role item, exactly `{role, prompt}`: two lookups (as the reference's
-        // `item['role']`, `item['prompt']`) instead of a walk over its items
+        // the usual items, exactly `{role, prompt}` or `{section, pos}` (their values are
+        // exact strs when read: nothing to deep-copy)
+        if let Some(item) = two_key_item(d, strs)? {
+            return Ok((item, false));
+        }
         let py = d.py();
         if let Some(role) = d.get_item(intern!(py, "role"))? {
             if let Some(prompt) = d.get_item(intern!(py, "prompt"))? {
                 let deep = !is_plain_value(&role) || !is_plain_value(&prompt);
-                let r = RawRole {
-                    role: Some(strs.backed(&role, "non-str role")?),
-                    prompt: Some(strs.backed(&prompt, "non-str prompt")?),
-                    ..RawRole::default()
-                };
-                return Ok((Raw::Role(r), deep));
+                return Ok((role_item(&role, &prompt, strs)?, deep));
             }
         }
     }
