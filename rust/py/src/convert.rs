@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 use pyo3::{intern, sync::PyOnceLock};
 
 use promptweave_core::{Entries, Item, Marker, Origin, Pos, RoleItem, RoleSpecItem, Section};
@@ -112,6 +112,13 @@ impl RowStrings {
                 ));
             }
             let v = match &mask {
+                // the reference deep-copies the whole row before it masks the column: a value
+                // that copy may refuse (or run code for) goes to the pure-Python path
+                Some(_) if !str_is_pure(&v) => {
+                    return Err(unsupported(
+                        "row value whose deep copy may fail or run code",
+                    ));
+                }
                 Some((field, value)) if *k == **field => value.clone_ref(row.py()),
                 _ if pure_only && !str_is_pure(&v) => {
                     return Err(unsupported("row value whose str() may fail or run code"));
@@ -367,25 +374,38 @@ pub(crate) fn raw_item(obj: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<(Raw
     let d = obj
         .cast::<PyDict>()
         .map_err(|_| unsupported("item that is neither str nor dict"))?;
+    // a dict subclass (mmengine's `ConfigDict` of a loaded config, an `OrderedDict`) keeps its
+    // class in the reference's deep copies: copied by a clone proven equal to them, else left
+    // to the Python path (which runs the class's own `__deepcopy__` and `__setitem__` as the
+    // reference does, as many times)
+    let subclass = !obj.is_exact_instance_of::<PyDict>();
+    if subclass && !plain_clone(d)? {
+        return Err(unsupported("dict subclass item that is not cloned plainly"));
+    }
+    let item = |item: Raw, deep: bool| match item {
+        // the core's markers come out as plain dicts
+        Raw::Marker(_) if subclass => Err(unsupported("section dict of a dict subclass")),
+        item => Ok((item, deep || subclass)),
+    };
     if d.len() == 2 {
         // the usual items, exactly `{role, prompt}` or `{section, pos}` (their values are
         // exact strs when read: nothing to deep-copy)
-        if let Some(item) = two_key_item(d, strs)? {
-            return Ok((item, false));
+        if let Some(found) = two_key_item(d, strs)? {
+            return item(found, false);
         }
         let py = d.py();
         if let Some(role) = d.get_item(intern!(py, "role"))? {
             if let Some(prompt) = d.get_item(intern!(py, "prompt"))? {
                 let deep = !is_plain_value(&role) || !is_plain_value(&prompt);
-                return Ok((role_item(&role, &prompt, strs)?, deep));
+                return item(role_item(&role, &prompt, strs)?, deep);
             }
         }
     }
     if let Some(m) = marker(d)? {
-        return Ok((Raw::Marker(m), false));
+        return item(Raw::Marker(m), false);
     }
     let (r, deep) = raw_role(d, strs)?;
-    Ok((Raw::Role(r), deep))
+    item(Raw::Role(r), deep)
 }
 
 /// A Python list (a `PromptList` or a plain list) of items, extracted.
@@ -446,6 +466,194 @@ fn deepcopy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py
     f.call1((obj,))
 }
 
+/// What the first instance of a dict subclass proved of the class.
+#[derive(Clone, Copy)]
+struct Proven {
+    /// a clone of an instance equals its `copy.deepcopy`
+    clone: bool,
+    /// the class's `d['prompt'] = s` (a `str` `s`) changes a clone as storing it in the
+    /// dict's table does
+    plain_set: bool,
+}
+
+/// Dict subclasses (mmengine's `ConfigDict`, `OrderedDict`, ...) and what was proven of them.
+static CLONEABLE: std::sync::Mutex<Vec<(Py<PyType>, Proven)>> = std::sync::Mutex::new(Vec::new());
+
+/// What was proven of `cls`, if it was seen.
+fn proven(cls: &Bound<'_, PyType>) -> PyResult<Option<Proven>> {
+    let kept = CLONEABLE.lock().map_err(|_| poisoned_lock())?;
+    Ok(kept
+        .iter()
+        .find(|(c, _)| c.bind(cls.py()).is(cls))
+        .map(|&(_, p)| p))
+}
+
+/// At most this many dict subclasses are remembered.
+const CLONEABLE_KEPT: usize = 32;
+
+/// The instance attributes of `d` (`None`: it has none) when `d`'s items and attributes are
+/// immutable (exact `str` keys, plain values); `Err(())`: they are not.
+fn plain_parts<'py>(d: &Bound<'py, PyDict>) -> PyResult<Result<Option<Bound<'py, PyDict>>, ()>> {
+    let py = d.py();
+    let plain = |m: &Bound<'py, PyDict>| {
+        m.iter()
+            .all(|(k, v)| k.is_exact_instance_of::<PyString>() && is_plain_value(&v))
+    };
+    if !plain(d) {
+        return Ok(Err(()));
+    }
+    let attrs = match d.getattr_opt(intern!(py, "__dict__"))? {
+        Some(a) => match a.cast_into_exact::<PyDict>() {
+            Ok(a) if plain(&a) => Some(a),
+            _ => return Ok(Err(())),
+        },
+        None => None,
+    };
+    Ok(Ok(attrs))
+}
+
+/// A clone of `d`, an instance of a dict subclass with immutable parts (`attrs`: its instance
+/// attributes): `cls.__new__(cls)`, its items and instance attributes stored without running
+/// the class's code (`dict.update` would call a subclass's own `keys()` and `__getitem__`).
+/// `None`: the class does not make such an instance.
+fn clone_of<'py>(
+    d: &Bound<'py, PyDict>,
+    attrs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let py = d.py();
+    let cls = d.get_type();
+    let Ok(new) = cls
+        .call_method1(intern!(py, "__new__"), (&cls,))?
+        .cast_into::<PyDict>()
+    else {
+        return Ok(None);
+    };
+    if !new.get_type().is(&cls) || !new.is_empty() {
+        return Ok(None);
+    }
+    for (k, v) in d.iter() {
+        new.set_item(k, v)?;
+    }
+    if let Some(attrs) = attrs {
+        let Some(new_attrs) = new.getattr_opt(intern!(py, "__dict__"))? else {
+            return Ok(None);
+        };
+        let Ok(new_attrs) = new_attrs.cast_into_exact::<PyDict>() else {
+            return Ok(None);
+        };
+        new_attrs.update(attrs.as_mapping())?;
+    }
+    Ok(Some(new))
+}
+
+/// Whether `d`, an instance of a dict subclass, is copied by a plain clone: its items and
+/// instance attributes are immutable, and of its class it was proven, on its first such
+/// instance, that (1) a clone equals `copy.deepcopy` (same class, the same items in the same
+/// order, equal instance attributes) and (2) its `d['prompt'] = s` changes a clone as storing
+/// `s` in the dict's table does. `copy.deepcopy` of a `ConfigDict` runs its Python code (about
+/// 6 us, a third of a whole row of a 5-shot dialogue); the clone is a few C calls.
+fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
+    let py = d.py();
+    let Ok(attrs) = plain_parts(d)? else {
+        return Ok(false);
+    };
+    let cls = d.get_type();
+    if let Some(p) = proven(&cls)? {
+        return Ok(p.clone && p.plain_set);
+    }
+    let clone = || clone_of(d, attrs.as_ref());
+    let deep = deepcopy(py, d.as_any())?;
+    let clone_ok = python_subclass(&cls)?
+        && match (clone()?, deep.cast::<PyDict>()) {
+            (Some(new), Ok(deep)) => same_dict(&new, deep)?,
+            _ => false,
+        };
+    let plain_set = clone_ok
+        && match (clone()?, clone()?) {
+            (Some(a), Some(b)) => {
+                let key = intern!(py, "prompt");
+                let probe = PyString::new(py, "probe");
+                a.as_any().set_item(key, &probe)?;
+                b.set_item(key, &probe)?;
+                same_dict(&a, &b)?
+            }
+            _ => false,
+        };
+    let p = Proven {
+        clone: clone_ok,
+        plain_set,
+    };
+    let mut kept = CLONEABLE.lock().map_err(|_| poisoned_lock())?;
+    if kept.len() < CLONEABLE_KEPT {
+        kept.push((cls.unbind(), p));
+    }
+    Ok(p.clone && p.plain_set)
+}
+
+/// A copy of `src`, a dict subclass's instance that [`plain_clone`] accepted; `None` for any
+/// other dict.
+fn subclass_clone<'py>(src: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    if src.is_exact_instance_of::<PyDict>() {
+        return Ok(None);
+    }
+    let Ok(attrs) = plain_parts(src)? else {
+        return Ok(None);
+    };
+    let cloned = match proven(&src.get_type())? {
+        Some(p) => p.clone && p.plain_set,
+        None => plain_clone(src)?,
+    };
+    if !cloned {
+        return Ok(None);
+    }
+    clone_of(src, attrs.as_ref())
+}
+
+/// Whether every class of `cls`'s MRO but `dict` and `object` is written in Python (a heap
+/// type): the clone fills the dict's own table, which a class written in C (`OrderedDict`,
+/// whose order is kept beside it) may keep more state about.
+fn python_subclass(cls: &Bound<'_, PyType>) -> PyResult<bool> {
+    const HEAPTYPE: u64 = 1 << 9; // Py_TPFLAGS_HEAPTYPE
+    let py = cls.py();
+    let dict = py.get_type::<PyDict>();
+    let object = py.get_type::<pyo3::types::PyAny>();
+    for base in cls.mro().iter() {
+        let base = base.cast_into::<PyType>()?;
+        if base.is(&dict) || base.is(&object) {
+            continue;
+        }
+        let flags: u64 = base.getattr(intern!(py, "__flags__"))?.extract()?;
+        if flags & HEAPTYPE == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether two dicts are of one class, with the same items in the same order (values
+/// identical or equal plain values) and equal instance attributes.
+fn same_dict<'py>(a: &Bound<'py, PyDict>, b: &Bound<'py, PyDict>) -> PyResult<bool> {
+    let py = a.py();
+    if !a.get_type().is(b.get_type()) || a.len() != b.len() {
+        return Ok(false);
+    }
+    for ((ka, va), (kb, vb)) in a.iter().zip(b.iter()) {
+        if !ka.eq(&kb)? || !(va.is(&vb) || (va.get_type().is(vb.get_type()) && va.eq(&vb)?)) {
+            return Ok(false);
+        }
+    }
+    let attrs = |d: &Bound<'py, PyDict>| d.getattr_opt(intern!(py, "__dict__"));
+    match (attrs(a)?, attrs(b)?) {
+        (None, None) => Ok(true),
+        (Some(x), Some(y)) => x.eq(&y),
+        _ => Ok(false),
+    }
+}
+
+fn poisoned_lock() -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err("poisoned lock")
+}
+
 /// Sources of role dicts for rebuilding output items.
 pub(crate) struct Sources<'a, 'py> {
     /// the compiled template's role dicts and whether each needs a deep copy
@@ -454,12 +662,18 @@ pub(crate) struct Sources<'a, 'py> {
     pub(crate) input: Option<(&'a Bound<'py, PyList>, &'a InputItems)>,
 }
 
-fn copy_source<'py>(
+/// A copy of a role dict as the reference's `copy.deepcopy` makes it: a plain copy of a plain
+/// dict of immutable values, a [`subclass_clone`] where that is proven the same, else
+/// `copy.deepcopy` itself.
+pub(crate) fn copy_source<'py>(
     py: Python<'py>,
     src: &Bound<'py, PyDict>,
     deep: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     if deep {
+        if let Some(copy) = subclass_clone(src)? {
+            return Ok(copy);
+        }
         Ok(deepcopy(py, src.as_any())?.cast_into::<PyDict>()?)
     } else {
         src.copy()
@@ -546,6 +760,10 @@ pub(crate) fn item_to_py<'py>(
 fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
     let py = d.py();
     let key = intern!(py, "prompt");
+    if !d.is_exact_instance_of::<PyDict>() && !proven(&d.get_type())?.is_some_and(|p| p.plain_set) {
+        // a dict subclass's own `__setitem__`, as the reference's `item['prompt'] = ...`
+        return d.as_any().set_item(key, p);
+    }
     if let Some(old) = d.get_item(key)? {
         if let Ok(old) = old.cast::<PyString>() {
             if old.to_str().is_ok_and(|o| o == p) {
