@@ -142,6 +142,9 @@ def test_generate_item_masks_a_deep_copy_as_reference(
 
     rows: list[Any] = [
         {"question": "q", "answer": "A", "lock": threading.Lock()},
+        # in the masked column itself: copied (and refused) before it is masked
+        {"question": "q", "answer": threading.Lock()},
+        {"question": "q", "answer": DeepCopied("A")},
         {"question": DeepCopied("q"), "answer": "A"},
         ReadOnly(question="q", answer="A"),
         MappingProxyType({"question": "q", "answer": "A"}),

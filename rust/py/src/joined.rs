@@ -217,7 +217,15 @@ impl JoinedTemplate {
             found += usize::from(value.is_some());
         }
         if let Some(field) = extra {
-            found += usize::from(entry.contains(field)?);
+            match entry.get_item(field)? {
+                // the reference's deep copy of the row may refuse it: the full path decides
+                Some(v) if !str_is_pure(&v) => {
+                    values.fill(None);
+                    return Ok(false);
+                }
+                Some(_) => found += 1,
+                None => {}
+            }
         }
         if found == entry.len() {
             return Ok(true);
@@ -296,6 +304,11 @@ impl JoinedTemplate {
             // an exact `str` is read where it is (no new reference); anything else is `str()`ed
             let made;
             let value = match (token, values.get(slot).and_then(Option::as_ref)) {
+                // the reference deep-copies the row before it masks the column: a value that
+                // copy may refuse (or run code for) is left to the full path
+                (Some((masked, _)), Some(v)) if *masked == slot && !str_is_pure(v) => {
+                    return Ok(None);
+                }
                 (Some((masked, t)), _) if *masked == slot => t,
                 (_, Some(v)) => {
                     if let Ok(v) = v.cast_exact::<PyString>() {
