@@ -193,6 +193,13 @@ SITES: dict[str, tuple[str, type[PromptRenderError], Any]] = {
         LabelError,
         "template['C']",
     ),
+    # the reference's LM walk leaves a variable unbound (UnboundLocalError) on a round or ice
+    # section when the meta template's round is empty
+    "meta-empty-round": (
+        "M.LMTemplateParser({'round': []}).parse_template(M.PromptList(['t', *dlg([])]), 'gen')",
+        MetaTemplateError,
+        "meta_template['round']",
+    ),
     "no-round": (
         "M.PromptTemplate({'begin': 'x'}).generate_item({})",
         TemplateError,

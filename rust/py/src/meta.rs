@@ -66,6 +66,11 @@ impl PyMetaTemplate {
         let round = round
             .cast::<PyList>()
             .map_err(|_| unsupported("round that is not a list"))?;
+        if round.is_empty() {
+            // the reference's LM parser fails on any round or ice section then; the Python
+            // path raises its error
+            return Err(unsupported("empty meta round"));
+        }
         let mut entries = Vec::with_capacity(round.len());
         for obj in round.iter() {
             if obj.is_exact_instance_of::<PyString>() {
