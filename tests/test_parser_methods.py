@@ -94,7 +94,8 @@ def _fresh(s: str) -> str:
     """A str equal to ``s`` that is another object than the interned one (as a key read from
     JSON is)."""
     fresh = "".join(list(s))
-    assert fresh == s and fresh is not s
+    assert fresh == s
+    assert fresh is not s
     return fresh
 
 
@@ -124,6 +125,35 @@ def test_two_key_items_in_any_form(reference: dict[str, Any], fw: str, meta: Any
         assert repr(got) == repr(ref.parse_template(_two_key_items(reference[fw]), mode=mode))
         assert repr(got) == repr(ours.parse_template(_prompt(M), mode=mode))
     assert _backend.fallbacks == fallbacks
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_api_role_text_that_is_a_prompt_list(reference: dict[str, Any], fw: str) -> None:
+    """A meta role's ``begin`` given as a ``PromptList``: the reference's ``+=`` on it appends
+    the prompt and ``end`` strings as items (a ``PromptList``'s ``+=``), not their characters."""
+    outs = []
+    for M in (OURS[fw], reference[fw]):
+        meta = {
+            "round": [
+                {
+                    "role": "HUMAN",
+                    "api_role": "HUMAN",
+                    "begin": M.PromptList(["pre"]),
+                    "end": "</H>",
+                },
+                {"role": "BOT", "api_role": "BOT", "generate": True},
+            ]
+        }
+        prompt = M.PromptList(
+            [
+                {"section": "round", "pos": "begin"},
+                {"role": "HUMAN", "prompt": "q"},
+                {"section": "round", "pos": "end"},
+            ]
+        )
+        outs.append(repr(M.APITemplateParser(meta).parse_template(prompt, mode="gen")))
+    assert outs[0] == outs[1]
+    assert "'pre', 'q', '</H>'" in outs[0]
 
 
 @pytest.mark.parametrize(

@@ -1125,9 +1125,13 @@ def lm_parse(p: ParserLike, prompt: Any, mode: str) -> str:
 
 
 def _iadd(left: Any, right: Any) -> Any:
-    """``left += right`` as Python evaluates it, without mutating a list ``left``."""
+    """``left += right`` as Python evaluates it, without mutating a list ``left``: on a copy
+    of it, of its class (a ``PromptList``'s ``+=`` appends a str where a list's adds its
+    characters)."""
     if isinstance(left, list):
-        return [*left, *right]
+        out = copy.copy(left)
+        out += right
+        return out
     return left + right
 
 
