@@ -903,6 +903,37 @@ def test_csv_and_tsv(work: Path) -> None:
 
 
 @pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_csv_read_as_the_frameworks_loaders_read_it(tmp_path: Path, bom: bytes, eol: bytes) -> None:
+    """A CSV file is read as OpenCompass's CSV loaders read theirs: opened in text mode (the
+    universal newlines make a line break in a quoted field ``\\n`` whatever the file's line
+    endings), a file with a header row as ``CustomDataset`` (``utf-8-sig``), a header-less one
+    (``--columns``) as ``MMLUDataset`` (``utf-8``, a BOM stays in the first cell)."""
+    body = eol.join([b"question,answer", b'"two' + eol + b'lines",A', b"plain,B"]) + eol
+    path = tmp_path / "data.csv"
+    path.write_bytes(bom + body)
+    with open(path, encoding="utf-8-sig") as f:  # CustomDataset.load
+        reader = csv.reader(f)
+        header = next(reader)
+        want = [dict(zip(header, row, strict=True)) for row in reader]
+    assert cli.read_rows(str(path)) == want
+    assert want[0]["question"] == "two\nlines"
+    with open(path, encoding="utf-8") as f:  # MMLUDataset.load
+        want = [{"question": row[0], "answer": row[1]} for row in csv.reader(f)]
+    assert cli.read_rows(str(path), columns=["question", "answer"]) == want
+    assert want[0]["question"] == bom.decode("utf-8") + "question"
+
+
+def test_json_lines_in_a_json_file_get_a_hint(work: Path) -> None:
+    """A ``.json`` file that holds JSON Lines is refused at its second line, with the fix."""
+    (work / "lines.json").write_text('{"question": "q1"}\n{"question": "q2"}\n')
+    err = fails(work, "render", "string_cfg.py", "--data", "lines.json", "-o", "out.jsonl")
+    assert "lines.json:2: invalid JSON: Extra data" in err
+    assert "one JSON object per line: name it .jsonl" in err
+    assert not (work / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
 @pytest.mark.parametrize("suffix", ["csv", "tsv"])
 def test_csv_not_utf8_names_line_and_byte(work: Path, bom: bytes, suffix: str) -> None:
     """A CSV/TSV file is decoded in chunks: its error says on which line and at which byte of

@@ -190,7 +190,18 @@ def _json_loads(text: str, name: str, lineno: int | None = None) -> Any:
 
 
 def _read_json(p: Path, name: str) -> list[Row]:
-    value = _json_loads(_decode(p.read_bytes(), "utf-8-sig", name), name)
+    text = _decode(p.read_bytes(), "utf-8-sig", name)
+    try:
+        value = _json_loads(text, name)
+    except CliError as exc:
+        first = text.lstrip().split("\n", 1)[0]
+        if "Extra data" in str(exc) and first.startswith("{"):
+            with contextlib.suppress(ValueError, RecursionError):
+                if isinstance(json.loads(first), dict):
+                    raise CliError(
+                        f"{exc} -- the file holds one JSON object per line: name it .jsonl"
+                    ) from exc
+        raise
     if isinstance(value, list):
         for i, row in enumerate(value):
             if not isinstance(row, dict):
@@ -331,7 +342,12 @@ def _read_csv(
     # no field is too long (the csv module refuses fields over 128 Ki characters by default;
     # pandas and HuggingFace datasets read them)
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    with p.open(encoding="utf-8-sig", newline="") as f:
+    # opened as the frameworks' CSV loaders open their files: in text mode, whose universal
+    # newlines make a line break inside a quoted field "\n" whatever the file's line endings;
+    # a file with a header row as `CustomDataset` reads it (`utf-8-sig`: a BOM is dropped), a
+    # header-less one as MMLU-style loaders read theirs (`utf-8`: a BOM stays in the first cell)
+    encoding = "utf-8" if columns is not None else "utf-8-sig"
+    with p.open(encoding=encoding) as f:
         reader = csv.reader(f, delimiter=delimiter)
         try:
             header = list(columns) if columns is not None else next(reader, None)
