@@ -924,6 +924,39 @@ def test_csv_read_as_the_frameworks_loaders_read_it(tmp_path: Path, bom: bytes, 
     assert want[0]["question"] == bom.decode("utf-8") + "question"
 
 
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_jsonl_lines_as_the_frameworks_loaders_split_them(tmp_path: Path, eol: bytes) -> None:
+    """JSONL lines are split as ``CustomDataset`` splits them (``for line in open(path)``:
+    universal newlines, so a file with ``\\r`` line endings has its rows too)."""
+    lines = [b'{"question": "q1", "n": 1}', b'{"question": "q2 \xc3\xa9", "n": 2.5}']
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + eol.join(lines) + eol)
+    with open(path, encoding="utf-8-sig") as f:  # CustomDataset.load
+        want = [json.loads(line) for line in f]
+    assert cli.read_rows(str(path)) == want
+
+
+def test_jsonl_line_of_other_white_space_is_invalid(tmp_path: Path) -> None:
+    """Lines of JSON's white space are skipped; a line of other white space (U+00A0) is not
+    JSON, as ``json.loads`` says."""
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(b'{"a": 1}\n \t\n\xc2\xa0\n{"a": 2}\n')
+    with pytest.raises(cli.CliError, match=r"data\.jsonl:3: invalid JSON"):
+        cli.read_rows(str(path))
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+def test_json_not_utf8_names_line_and_byte(tmp_path: Path, bom: bytes) -> None:
+    raw = bom + b'[\n{"a": "x"},\n{"a": "\xff"}\n]\n'
+    path = tmp_path / "data.json"
+    path.write_bytes(raw)
+    with pytest.raises(cli.CliError) as info:
+        cli.read_rows(str(path))
+    assert str(info.value) == (
+        f"{path}:3: not UTF-8 text (invalid start byte at byte {raw.index(0xFF)})"
+    )
+
+
 def test_json_lines_in_a_json_file_get_a_hint(work: Path) -> None:
     """A ``.json`` file that holds JSON Lines is refused at its second line, with the fix."""
     (work / "lines.json").write_text('{"question": "q1"}\n{"question": "q2"}\n')

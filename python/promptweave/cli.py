@@ -26,7 +26,7 @@ import threading
 import time
 import unicodedata
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -149,13 +149,23 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
+def _jsonl_lines(f: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a binary file as text mode reads them (universal newlines: a lone ``\r``
+    ends a line too, as in ``for line in open(path)``, which OpenCompass's JSONL loaders use)."""
+    for raw in f:
+        if b"\r" in raw:
+            yield from raw.splitlines()
+        else:
+            yield raw
+
+
 def _read_jsonl(p: Path, name: str, progress: Callable[[int], None] | None) -> list[Row]:
     rows: list[Row] = []
     with p.open("rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(_jsonl_lines(f), 1):
             text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{name}:{lineno}")
-            if not text.strip():
-                continue
+            if not text.strip(_JSON_WHITESPACE):
+                continue  # (a line of other white space, such as U+00A0, is invalid JSON)
             value = _json_loads(text, name, lineno)
             if not isinstance(value, dict):
                 raise CliError(
@@ -167,11 +177,24 @@ def _read_jsonl(p: Path, name: str, progress: Callable[[int], None] | None) -> l
     return rows
 
 
-def _decode(raw: bytes, encoding: str, where: str) -> str:
+_BOM = b"\xef\xbb\xbf"
+
+#: the white space JSON allows between tokens
+_JSON_WHITESPACE = " \t\r\n"
+
+
+def _decode(raw: bytes, encoding: str, where: str, whole_file: bool = False) -> str:
+    """``raw`` decoded; the error names ``where`` (with the line of the bad byte when ``raw``
+    is the ``whole_file``)."""
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise CliError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        # (the utf-8-sig codec counts from after a BOM)
+        start = exc.start + (3 if encoding == "utf-8-sig" and raw.startswith(_BOM) else 0)
+        if whole_file:
+            line = raw.count(b"\n", 0, start) + 1
+            where = f"{where}:{line}"
+        raise CliError(f"{where}: not UTF-8 text ({exc.reason} at byte {start})") from exc
 
 
 def _json_loads(text: str, name: str, lineno: int | None = None) -> Any:
@@ -190,7 +213,7 @@ def _json_loads(text: str, name: str, lineno: int | None = None) -> Any:
 
 
 def _read_json(p: Path, name: str) -> list[Row]:
-    text = _decode(p.read_bytes(), "utf-8-sig", name)
+    text = _decode(p.read_bytes(), "utf-8-sig", name, whole_file=True)
     try:
         value = _json_loads(text, name)
     except CliError as exc:
