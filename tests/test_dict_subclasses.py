@@ -81,6 +81,8 @@ def _outputs(M: Any, cls: type) -> list[Any]:
         t.generate_item(row),
         t.generate_item(row),
         t.generate_item(row, output_field="y", output_field_replace_token="?"),
+        # twice: the second is the remembered output's copy (the ICE memo)
+        t.generate_ice_item(row, "Y"),
         t.generate_ice_item(row, "Y"),
         labels.generate_label_prompt_item(row, "", "A"),
         spliced.generate_item(row, ice_field_replace_token=ice),
@@ -112,3 +114,13 @@ def test_dict_subclass_outputs_are_fresh(fw: str) -> None:
     assert second[1] == {"role": "SYSTEM", "prompt": "sys X"}
     assert "extra" not in second[1]
     assert type(second[1]) is ConfigDict
+    row = {"x": "X", "y": "Y"}
+    first = t.generate_ice_item(row, "Y")
+    want = repr(first)
+    for item in first:
+        if isinstance(item, ConfigDict):
+            item["prompt"] = "changed"
+            item.extra = 1
+    second = t.generate_ice_item(row, "Y")  # from the ICE memo
+    assert repr(second) == want
+    assert all(type(i) is ConfigDict and "extra" not in vars(i) for i in second[1:3])

@@ -552,7 +552,7 @@ fn clone_of<'py>(
 /// order, equal instance attributes) and (2) its `d['prompt'] = s` changes a clone as storing
 /// `s` in the dict's table does. `copy.deepcopy` of a `ConfigDict` runs its Python code (about
 /// 6 us, a third of a whole row of a 5-shot dialogue); the clone is a few C calls.
-fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
+pub(crate) fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
     let py = d.py();
     let Ok(attrs) = plain_parts(d)? else {
         return Ok(false);

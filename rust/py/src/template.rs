@@ -10,7 +10,8 @@ use pyo3::types::{PyDict, PyList, PyString};
 use promptweave_core::{Body, Dialogue, Ice, Item, Origin, PromptTemplate, Rendered, Substitution};
 
 use crate::convert::{
-    InputItems, Raw, RowStrings, Sources, Strs, empty_list, is_plain_value, items_to_py, raw_item,
+    InputItems, Raw, RowStrings, Sources, Strs, copy_source, empty_list, is_plain_value,
+    items_to_py, raw_item,
 };
 use crate::errors::{Backend, to_py_err, unsupported};
 use crate::joined::JoinedTemplate;
@@ -77,7 +78,7 @@ struct MemoEntry {
 
 enum MemoOut {
     Str(Py<PyString>),
-    /// list items: a dict (copied on every hit) or a str
+    /// list items: a dict (copied on every hit: a dict subclass's by its proven clone) or a str
     List(Vec<(Py<PyAny>, bool)>),
 }
 
@@ -122,7 +123,9 @@ impl MemoEntry {
                 for (obj, is_dict) in items {
                     let obj = obj.bind(py);
                     if *is_dict {
-                        list.append(obj.cast::<PyDict>()?.copy()?)?;
+                        let d = obj.cast::<PyDict>()?;
+                        let subclass = !d.is_exact_instance_of::<PyDict>();
+                        list.append(copy_source(py, d, subclass)?)?;
                     } else {
                         list.append(obj)?;
                     }
@@ -144,8 +147,17 @@ impl MemoEntry {
         } else if let Ok(list) = out.cast::<PyList>() {
             let mut items = Vec::with_capacity(list.len());
             for obj in list.iter() {
-                if let Ok(d) = obj.cast_exact::<PyDict>() {
-                    items.push((d.copy()?.into_any().unbind(), true));
+                if let Ok(d) = obj.cast::<PyDict>() {
+                    // a dict subclass's item is in the output only when its class is cloned
+                    // (the template's sources are); anything else is not remembered
+                    let subclass = !d.is_exact_instance_of::<PyDict>();
+                    if subclass && !crate::convert::plain_clone(d)? {
+                        return Ok(None);
+                    }
+                    items.push((
+                        copy_source(entry.py(), d, subclass)?.into_any().unbind(),
+                        true,
+                    ));
                 } else if obj.is_exact_instance_of::<PyString>() {
                     items.push((obj.unbind(), false));
                 } else {
@@ -327,10 +339,12 @@ impl PyCompiledTemplate {
                 opt_str(sep_token),
                 substitution,
             ),
+            // (a dict subclass's source is marked deep, but copied by its proven clone: its
+            // outputs are remembered like plain dicts')
             memo: c
                 .sources
                 .iter()
-                .all(|(_, deep)| !deep)
+                .all(|(d, deep)| !deep || !d.bind(template.py()).is_exact_instance_of::<PyDict>())
                 .then(|| Mutex::new(IceMemo::default())),
             sources: c.sources,
             has_ice_token: ice_token.is_some(),
