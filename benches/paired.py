@@ -25,6 +25,9 @@ never left the Rust core.  The workloads and their targets are those of the benc
 
 * ``W1-row`` / ``W2-row`` -- ``bench_render.render_rows`` (the GenInferencer loop through the
   mirrored classes) on 10,000 / 1,000 rows; targets 8x / 20x (issue 2);
+* ``W2-row-configdict`` -- W2 row by row with every template dict a ``ConfigDict``, as a config
+  loaded by ``mmengine.Config`` inside an OpenCompass run holds them (the items keep that class);
+  the target shown is W2's;
 * ``W2-dataset`` -- ``DatasetRenderer.render`` against the same reference loop (1,000 rows);
   target 300x (issue 2);
 * ``MM`` / ``RAW`` -- ``bench_flows``: AISBench ``MMPromptTemplate`` (10,000 rows) and OpenCompass
@@ -84,6 +87,8 @@ def _render_pairs(which: str) -> Pair:
     n = wl.subset
     rows, train = wl.rows(n), wl.train()
     kw_ours, kw_ref = wl.setup(promptweave), wl.setup(R)
+    if which == "W2-row-configdict":
+        kw_ours, kw_ref = _configdict_setup(promptweave), _configdict_setup(R)
 
     def check(got: Any, want: Any) -> None:
         B.check_outputs(got, want, which, lambda g, w: bool(g == w))
@@ -111,6 +116,28 @@ def _render_pairs(which: str) -> Pair:
         lambda: B.render_rows(R, rows, train, **kw_ref),
         check,
     )
+
+
+def _configdict_setup(M: Any) -> dict[str, Any]:
+    """W2's templates and meta template as a config loaded with ``mmengine.Config`` holds them:
+    every dict a ``ConfigDict`` (what a template gets inside an OpenCompass run)."""
+    import bench_render as B
+    from mmengine.config import ConfigDict
+
+    def cfg(x: Any) -> Any:
+        if isinstance(x, dict):
+            return ConfigDict({k: cfg(v) for k, v in x.items()})
+        if isinstance(x, list):
+            return [cfg(v) for v in x]
+        return x
+
+    return {
+        "parser": M.LMTemplateParser(cfg(B.CHATML_META)),
+        "ice_template": M.PromptTemplate(cfg(B.W2_ICE_TEMPLATE)),
+        "prompt_template": M.PromptTemplate(cfg(B.W2_PROMPT_TEMPLATE), ice_token="</E>"),
+        "output_column": "target",
+        "fix_id_list": [0, 1, 2, 3, 4],
+    }
 
 
 def _flow_pair(which: str) -> Pair:
@@ -189,6 +216,7 @@ def _chat_pair(which: str) -> Pair:
 FACTORIES: dict[str, Callable[[str], Pair]] = {
     "W1-row": _render_pairs,
     "W2-row": _render_pairs,
+    "W2-row-configdict": _render_pairs,
     "W2-dataset": _render_pairs,
     "MM": _flow_pair,
     "RAW": _flow_pair,
