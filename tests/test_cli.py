@@ -957,6 +957,19 @@ def test_json_not_utf8_names_line_and_byte(tmp_path: Path, bom: bytes) -> None:
     )
 
 
+def test_csv_quote_left_open_is_pointed_at(tmp_path: Path) -> None:
+    """A quote left open swallows the rest of the file into one field (as the csv module reads
+    it): the error names the line the row starts at."""
+    path = tmp_path / "data.csv"
+    path.write_text('question,answer\nq1,A\n"q2,B\nq3,C\nq4,D\n')
+    with pytest.raises(cli.CliError) as info:
+        cli.read_rows(str(path))
+    assert str(info.value) == (
+        f"{path}:5: 1 fields, the header has 2 (the row starts at line 3: a quoted field runs "
+        "over 3 lines; is a quote left open?)"
+    )
+
+
 def test_json_lines_in_a_json_file_get_a_hint(work: Path) -> None:
     """A ``.json`` file that holds JSON Lines is refused at its second line, with the fix."""
     (work / "lines.json").write_text('{"question": "q1"}\n{"question": "q2"}\n')

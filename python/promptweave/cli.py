@@ -381,13 +381,22 @@ def _read_csv(
                 names = ", ".join(repr(c) for c in twice)
                 where = "--columns names" if columns is not None else f"{name}:1: the header names"
                 raise CliError(f"{where} a column more than once: {names}")
+            last = reader.line_num
             for record in reader:
+                start, last = last + 1, reader.line_num
                 if not record:
                     continue
                 if len(record) != len(header):
                     what = "--columns names" if columns is not None else "the header has"
+                    hint = ""
+                    if last > start:  # a quoted field over several lines: maybe a quote left open
+                        hint = (
+                            f" (the row starts at line {start}: a quoted field runs over "
+                            f"{last - start + 1} lines; is a quote left open?)"
+                        )
                     raise CliError(
-                        f"{name}:{reader.line_num}: {len(record)} fields, {what} {len(header)}"
+                        f"{name}:{reader.line_num}: {len(record)} fields, {what} "
+                        f"{len(header)}{hint}"
                     )
                 rows.append(dict(zip(header, record, strict=True)))
                 if progress is not None and not len(rows) % 1024:
