@@ -58,6 +58,9 @@ class CompiledTemplate:
         prompt_list: type[list[Any]] | None = None,
         labels: dict[Any, int] | None = None,
     ) -> CompiledTemplate: ...
+    def unchanged(self) -> bool:
+        """Whether the template's dicts and lists still hold what they held when it was
+        compiled."""
     def ice_item(self, entry: Any, label: Any) -> Any:
         """``generate_ice_item`` (remembered per row identity)."""
     def label_prompt_item(self, entry: Any, ice: Any, label: Any, remain_sep: bool) -> Any:

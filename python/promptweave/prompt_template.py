@@ -196,6 +196,15 @@ class PromptTemplate(BasePromptTemplate):
         if name in self._COMPILED_FROM and "_compiled" in self.__dict__:
             self._recompile()
 
+    def _current(self) -> _core.CompiledTemplate | None:
+        """The compiled template, compiled again first when the template's dicts or lists were
+        changed in place since (the reference reads its template at every call)."""
+        compiled = self._compiled
+        if compiled is not None and not compiled.unchanged():
+            self._recompile()
+            compiled = self._compiled
+        return compiled
+
     def _recompile(self) -> None:
         """Compile the template again from its attributes; one the core cannot take is left
         to the pure-Python path (which raises the reference's error when it is used)."""
@@ -280,7 +289,7 @@ class PromptTemplate(BasePromptTemplate):
 
     def generate_ice_item(self, entry: Mapping[str, Any], label: Hashable) -> Any:
         """Render one in-context example from ``entry`` (its own answer included)."""
-        compiled = self._compiled
+        compiled = self._current()
         if compiled is not None and not _backend.FORCE_PYTHON:
             try:
                 return compiled.ice_item(entry, label)
@@ -300,7 +309,7 @@ class PromptTemplate(BasePromptTemplate):
         remain_sep: bool | None = False,
     ) -> Any:
         """Render the perplexity prompt of ``label`` for ``entry`` with ``ice`` spliced in."""
-        compiled = self._compiled
+        compiled = self._current()
         if compiled is not None and not _backend.FORCE_PYTHON:
             try:
                 return compiled.label_prompt_item(entry, ice, label, bool(remain_sep))
@@ -322,7 +331,7 @@ class PromptTemplate(BasePromptTemplate):
         ice_field_replace_token: Any = "",
     ) -> Any:
         """Render the generation prompt for ``entry``, the output column masked."""
-        compiled = self._compiled
+        compiled = self._current()
         if compiled is not None and not _backend.FORCE_PYTHON:
             try:
                 return compiled.item(

@@ -466,59 +466,51 @@ fn deepcopy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py
     f.call1((obj,))
 }
 
-/// What the first instance of a dict subclass proved of the class.
-#[derive(Clone, Copy)]
-struct Proven {
-    /// a clone of an instance equals its `copy.deepcopy`
-    clone: bool,
-    /// the class's `d['prompt'] = s` (a `str` `s`) changes a clone as storing it in the
-    /// dict's table does
-    plain_set: bool,
-}
+/// The dict subclasses copied by a clone, by module and name (exact classes, not their
+/// subclasses): mmengine's `ConfigDict` (every dict of a config loaded with `mmengine.Config`,
+/// as inside an OpenCompass run) and addict's `Dict`, its base. Their deep copy of a dict of
+/// immutable values is a fresh instance (`cls()`: no parent, not frozen) with the same items in
+/// the same order, and their `__setitem__` of a `str` on such an instance only stores it; their
+/// `__getitem__` returns a stored `str` as it is. Other subclasses, whose copying, reading or
+/// storing may do anything, take the Python path, which runs their own methods as the
+/// reference does.
+const CLONED_CLASSES: [(&str, &str); 2] = [
+    ("mmengine.config.config", "ConfigDict"),
+    ("addict.addict", "Dict"),
+];
 
-/// Dict subclasses (mmengine's `ConfigDict`, `OrderedDict`, ...) and what was proven of them.
-static CLONEABLE: std::sync::Mutex<Vec<(Py<PyType>, Proven)>> = std::sync::Mutex::new(Vec::new());
+/// What was found of a dict subclass: `None` when it is not cloned, else the instance
+/// attributes of a fresh instance (`cls()`), which a clone gets.
+type Cloned = Option<Py<PyDict>>;
 
-/// What was proven of `cls`, if it was seen.
-fn proven(cls: &Bound<'_, PyType>) -> PyResult<Option<Proven>> {
-    let kept = CLONEABLE.lock().map_err(|_| poisoned_lock())?;
-    Ok(kept
-        .iter()
-        .find(|(c, _)| c.bind(cls.py()).is(cls))
-        .map(|&(_, p)| p))
-}
+/// Dict subclasses seen, and whether (and how) they are cloned.
+static SUBCLASSES: std::sync::Mutex<Vec<(Py<PyType>, Cloned)>> = std::sync::Mutex::new(Vec::new());
 
 /// At most this many dict subclasses are remembered.
-const CLONEABLE_KEPT: usize = 32;
+const SUBCLASSES_KEPT: usize = 32;
 
-/// The instance attributes of `d` (`None`: it has none) when `d`'s items and attributes are
-/// immutable (exact `str` keys, plain values); `Err(())`: they are not.
-fn plain_parts<'py>(d: &Bound<'py, PyDict>) -> PyResult<Result<Option<Bound<'py, PyDict>>, ()>> {
-    let py = d.py();
-    let plain = |m: &Bound<'py, PyDict>| {
-        m.iter()
-            .all(|(k, v)| k.is_exact_instance_of::<PyString>() && is_plain_value(&v))
-    };
-    if !plain(d) {
-        return Ok(Err(()));
-    }
-    let attrs = match d.getattr_opt(intern!(py, "__dict__"))? {
-        Some(a) => match a.cast_into_exact::<PyDict>() {
-            Ok(a) if plain(&a) => Some(a),
-            _ => return Ok(Err(())),
-        },
-        None => None,
-    };
-    Ok(Ok(attrs))
+/// What was found of `cls`, if it was seen (`Some(None)`: not cloned).
+fn seen(cls: &Bound<'_, PyType>) -> PyResult<Option<Cloned>> {
+    let py = cls.py();
+    let kept = SUBCLASSES.lock().map_err(|_| poisoned_lock())?;
+    Ok(kept
+        .iter()
+        .find(|(c, _)| c.bind(py).is(cls))
+        .map(|(_, a)| a.as_ref().map(|a| a.clone_ref(py))))
 }
 
-/// A clone of `d`, an instance of a dict subclass with immutable parts (`attrs`: its instance
-/// attributes): `cls.__new__(cls)`, its items and instance attributes stored without running
-/// the class's code (`dict.update` would call a subclass's own `keys()` and `__getitem__`).
-/// `None`: the class does not make such an instance.
+/// Whether every item of `d` has an exact `str` key and an immutable value.
+fn plain_items(d: &Bound<'_, PyDict>) -> bool {
+    d.iter()
+        .all(|(k, v)| k.is_exact_instance_of::<PyString>() && is_plain_value(&v))
+}
+
+/// A clone of `d`: `cls.__new__(cls)` with the instance attributes `attrs` (a fresh
+/// instance's) and `d`'s items, stored without running the class's code. `None`: the class
+/// does not make such an instance.
 fn clone_of<'py>(
     d: &Bound<'py, PyDict>,
-    attrs: Option<&Bound<'py, PyDict>>,
+    attrs: &Bound<'py, PyDict>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
     let py = d.py();
     let cls = d.get_type();
@@ -531,103 +523,103 @@ fn clone_of<'py>(
     if !new.get_type().is(&cls) || !new.is_empty() {
         return Ok(None);
     }
+    let Ok(new_attrs) = new
+        .getattr(intern!(py, "__dict__"))?
+        .cast_into_exact::<PyDict>()
+    else {
+        return Ok(None);
+    };
+    new_attrs.update(attrs.as_mapping())?;
     for (k, v) in d.iter() {
         new.set_item(k, v)?;
-    }
-    if let Some(attrs) = attrs {
-        let Some(new_attrs) = new.getattr_opt(intern!(py, "__dict__"))? else {
-            return Ok(None);
-        };
-        let Ok(new_attrs) = new_attrs.cast_into_exact::<PyDict>() else {
-            return Ok(None);
-        };
-        new_attrs.update(attrs.as_mapping())?;
     }
     Ok(Some(new))
 }
 
-/// Whether `d`, an instance of a dict subclass, is copied by a plain clone: its items and
-/// instance attributes are immutable, and of its class it was proven, on its first such
-/// instance, that (1) a clone equals `copy.deepcopy` (same class, the same items in the same
-/// order, equal instance attributes) and (2) its `d['prompt'] = s` changes a clone as storing
-/// `s` in the dict's table does. `copy.deepcopy` of a `ConfigDict` runs its Python code (about
-/// 6 us, a third of a whole row of a 5-shot dialogue); the clone is a few C calls.
-pub(crate) fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
+/// How instances of `d`'s class are cloned (`None`: they are not), found on its first
+/// instance `d` (whose items are plain): for a class of [`CLONED_CLASSES`], a fresh instance's
+/// attributes, kept when a clone of `d` equals `copy.deepcopy(d)` and the class's
+/// `__setitem__` of a `str` changes a clone as storing it does (a check that the class still
+/// behaves as described).
+fn find_cloned(d: &Bound<'_, PyDict>) -> PyResult<Cloned> {
     let py = d.py();
-    let Ok(attrs) = plain_parts(d)? else {
-        return Ok(false);
-    };
     let cls = d.get_type();
-    if let Some(p) = proven(&cls)? {
-        return Ok(p.clone && p.plain_set);
-    }
-    let clone = || clone_of(d, attrs.as_ref());
-    let deep = deepcopy(py, d.as_any())?;
-    let clone_ok = python_subclass(&cls)?
-        && match (clone()?, deep.cast::<PyDict>()) {
-            (Some(new), Ok(deep)) => same_dict(&new, deep)?,
-            _ => false,
-        };
-    let plain_set = clone_ok
-        && match (clone()?, clone()?) {
-            (Some(a), Some(b)) => {
-                let key = intern!(py, "prompt");
-                let probe = PyString::new(py, "probe");
-                a.as_any().set_item(key, &probe)?;
-                b.set_item(key, &probe)?;
-                same_dict(&a, &b)?
-            }
-            _ => false,
-        };
-    let p = Proven {
-        clone: clone_ok,
-        plain_set,
+    let text = |name| -> PyResult<String> {
+        Ok(cls.getattr(name)?.extract::<String>().unwrap_or_default())
     };
-    let mut kept = CLONEABLE.lock().map_err(|_| poisoned_lock())?;
-    if kept.len() < CLONEABLE_KEPT {
-        kept.push((cls.unbind(), p));
+    let (module, name) = (
+        text(intern!(py, "__module__"))?,
+        text(intern!(py, "__qualname__"))?,
+    );
+    if !CLONED_CLASSES.contains(&(module.as_str(), name.as_str())) {
+        return Ok(None);
     }
-    Ok(p.clone && p.plain_set)
+    let Ok(fresh) = cls.call0() else {
+        return Ok(None);
+    };
+    let Ok(attrs) = fresh
+        .getattr(intern!(py, "__dict__"))?
+        .cast_into_exact::<PyDict>()
+    else {
+        return Ok(None);
+    };
+    let attrs = attrs.copy()?;
+    if !plain_items(&attrs) {
+        return Ok(None);
+    }
+    let deep = deepcopy(py, d.as_any())?;
+    let Ok(deep) = deep.cast::<PyDict>() else {
+        return Ok(None);
+    };
+    let (Some(a), Some(b), Some(c)) = (
+        clone_of(d, &attrs)?,
+        clone_of(d, &attrs)?,
+        clone_of(d, &attrs)?,
+    ) else {
+        return Ok(None);
+    };
+    if !same_dict(&a, deep)? {
+        return Ok(None);
+    }
+    let key = intern!(py, "prompt");
+    let probe = PyString::new(py, " A {probe}\n");
+    b.as_any().set_item(key, &probe)?;
+    c.set_item(key, &probe)?;
+    Ok(same_dict(&b, &c)?.then(|| attrs.unbind()))
 }
 
-/// A copy of `src`, a dict subclass's instance that [`plain_clone`] accepted; `None` for any
+/// How instances of `d`'s class are cloned (`None`: they are not), found once per class.
+fn cloned(d: &Bound<'_, PyDict>) -> PyResult<Cloned> {
+    let cls = d.get_type();
+    if let Some(found) = seen(&cls)? {
+        return Ok(found);
+    }
+    let found = find_cloned(d)?;
+    let mut kept = SUBCLASSES.lock().map_err(|_| poisoned_lock())?;
+    if kept.len() < SUBCLASSES_KEPT {
+        kept.push((cls.unbind(), found.as_ref().map(|a| a.clone_ref(d.py()))));
+    }
+    Ok(found)
+}
+
+/// Whether `d`, an instance of a dict subclass, is copied by a clone: its class is cloned
+/// ([`CLONED_CLASSES`]) and its items are immutable. `copy.deepcopy` of a `ConfigDict` runs
+/// its Python code (about 6 us, a third of a whole row of a 5-shot dialogue); the clone is a
+/// few C calls.
+pub(crate) fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
+    Ok(plain_items(d) && cloned(d)?.is_some())
+}
+
+/// A copy of `src`, a dict subclass's instance that [`plain_clone`] accepts; `None` for any
 /// other dict.
 fn subclass_clone<'py>(src: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
-    if src.is_exact_instance_of::<PyDict>() {
+    if src.is_exact_instance_of::<PyDict>() || !plain_items(src) {
         return Ok(None);
     }
-    let Ok(attrs) = plain_parts(src)? else {
-        return Ok(None);
-    };
-    let cloned = match proven(&src.get_type())? {
-        Some(p) => p.clone && p.plain_set,
-        None => plain_clone(src)?,
-    };
-    if !cloned {
-        return Ok(None);
+    match cloned(src)? {
+        Some(attrs) => clone_of(src, attrs.bind(src.py())),
+        None => Ok(None),
     }
-    clone_of(src, attrs.as_ref())
-}
-
-/// Whether every class of `cls`'s MRO but `dict` and `object` is written in Python (a heap
-/// type): the clone fills the dict's own table, which a class written in C (`OrderedDict`,
-/// whose order is kept beside it) may keep more state about.
-fn python_subclass(cls: &Bound<'_, PyType>) -> PyResult<bool> {
-    const HEAPTYPE: u64 = 1 << 9; // Py_TPFLAGS_HEAPTYPE
-    let py = cls.py();
-    let dict = py.get_type::<PyDict>();
-    let object = py.get_type::<pyo3::types::PyAny>();
-    for base in cls.mro().iter() {
-        let base = base.cast_into::<PyType>()?;
-        if base.is(&dict) || base.is(&object) {
-            continue;
-        }
-        let flags: u64 = base.getattr(intern!(py, "__flags__"))?.extract()?;
-        if flags & HEAPTYPE == 0 {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 /// Whether two dicts are of one class, with the same items in the same order (values
@@ -760,7 +752,7 @@ pub(crate) fn item_to_py<'py>(
 fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
     let py = d.py();
     let key = intern!(py, "prompt");
-    if !d.is_exact_instance_of::<PyDict>() && !proven(&d.get_type())?.is_some_and(|p| p.plain_set) {
+    if !d.is_exact_instance_of::<PyDict>() && !plain_clone(d)? {
         // a dict subclass's own `__setitem__`, as the reference's `item['prompt'] = ...`
         return d.as_any().set_item(key, p);
     }

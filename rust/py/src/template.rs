@@ -30,6 +30,75 @@ pub(crate) struct PyCompiledTemplate {
     labels: Option<Py<PyDict>>,
     /// `generate_ice_item` outputs by row identity (`None` when a role dict needs deep copies)
     memo: Option<Mutex<IceMemo>>,
+    /// the containers the template was compiled from (`None`: a `str`, or too large to check)
+    shape: Option<Shape>,
+}
+
+/// The dicts and lists of a template (the template, its sections, their role dicts, ...) as
+/// they were compiled: each with its items, held, so that an address seen again is the same
+/// object. The reference reads its template at every call; a template changed in place after
+/// it was compiled (a role dict's prompt rewritten, an item appended) is seen by comparing.
+struct Shape(Vec<Container>);
+
+enum Container {
+    Dict(Py<PyDict>, Vec<(Py<PyAny>, Py<PyAny>)>),
+    List(Py<PyList>, Vec<Py<PyAny>>),
+}
+
+/// At most this many dicts and lists are compared, this deep (a larger template is not
+/// checked: compiled once, as before).
+const SHAPE_CONTAINERS: usize = 64;
+const SHAPE_DEPTH: usize = 6;
+
+impl Shape {
+    fn of(template: &Bound<'_, PyAny>) -> Option<Self> {
+        let mut out = Vec::new();
+        Self::add(template, 0, &mut out).then_some(Self(out))
+    }
+
+    /// Adds `obj`'s containers; `false` when there are too many or they nest too deep.
+    fn add(obj: &Bound<'_, PyAny>, depth: usize, out: &mut Vec<Container>) -> bool {
+        if depth > SHAPE_DEPTH || out.len() >= SHAPE_CONTAINERS {
+            return false;
+        }
+        if let Ok(d) = obj.cast::<PyDict>() {
+            let items: Vec<_> = d.iter().collect();
+            out.push(Container::Dict(
+                d.clone().unbind(),
+                items
+                    .iter()
+                    .map(|(k, v)| (k.clone().unbind(), v.clone().unbind()))
+                    .collect(),
+            ));
+            return items.iter().all(|(_, v)| Self::add(v, depth + 1, out));
+        }
+        if let Ok(l) = obj.cast::<PyList>() {
+            let items: Vec<_> = l.iter().collect();
+            out.push(Container::List(
+                l.clone().unbind(),
+                items.iter().map(|v| v.clone().unbind()).collect(),
+            ));
+            return items.iter().all(|v| Self::add(v, depth + 1, out));
+        }
+        true
+    }
+
+    /// Whether every container still holds the very objects it held.
+    fn unchanged(&self, py: Python<'_>) -> bool {
+        self.0.iter().all(|c| match c {
+            Container::Dict(d, items) => {
+                let d = d.bind(py);
+                d.len() == items.len()
+                    && d.iter()
+                        .zip(items)
+                        .all(|((k, v), (ek, ev))| k.is(ek) && v.is(ev))
+            }
+            Container::List(l, items) => {
+                let l = l.bind(py);
+                l.len() == items.len() && l.iter().zip(items).all(|(v, ev)| v.is(ev))
+            }
+        })
+    }
 }
 
 /// Outputs of `generate_ice_item`, remembered by the identity of the row's keys and values.
@@ -283,6 +352,12 @@ impl PyCompiledTemplate {
 
 #[pymethods]
 impl PyCompiledTemplate {
+    /// Whether the template's dicts and lists still hold what they held when it was compiled
+    /// (always, for a template too large to check).
+    fn unchanged(&self, py: Python<'_>) -> bool {
+        self.shape.as_ref().is_none_or(|s| s.unchanged(py))
+    }
+
     /// Compile `template` (validated by the Python wrapper). `is_meta` says whether a dict
     /// template is a dialogue (`True`) or a label dict (`False`).
     /// `prompt_list` is the class list outputs are returned as; `labels` maps a label dict's
@@ -301,6 +376,11 @@ impl PyCompiledTemplate {
         let mut c = Compiler {
             sources: Vec::new(),
             _py: template.py(),
+        };
+        let shape = if template.is_instance_of::<PyString>() {
+            None
+        } else {
+            Shape::of(template)
         };
         let bodies = if let Ok(d) = template.cast::<PyDict>() {
             if is_meta {
@@ -347,6 +427,7 @@ impl PyCompiledTemplate {
                 .all(|(d, deep)| !deep || !d.bind(template.py()).is_exact_instance_of::<PyDict>())
                 .then(|| Mutex::new(IceMemo::default())),
             sources: c.sources,
+            shape,
             has_ice_token: ice_token.is_some(),
             joined,
             prompt_list,
@@ -578,7 +659,15 @@ impl PyTemplateMethods {
         name: &Bound<'py, PyString>,
         args: A,
     ) -> PyResult<Bound<'py, PyAny>> {
-        match self.backend.rendered(py, || render(self.compiled.get()))? {
+        let compiled = self.compiled.get();
+        if !compiled.unchanged(py) {
+            // changed in place since it was compiled: compiled again (with these methods
+            // replaced), and this call rendered as the reference renders it
+            let template = self.template.bind(py);
+            template.call_method0(pyo3::intern!(py, "_recompile"))?;
+            return template.call_method1(name, args);
+        }
+        match self.backend.rendered(py, || render(compiled))? {
             Some(out) => Ok(out),
             None => self.template.bind(py).call_method1(name, args),
         }
