@@ -505,6 +505,12 @@ fn plain_items(d: &Bound<'_, PyDict>) -> bool {
         .all(|(k, v)| k.is_exact_instance_of::<PyString>() && is_plain_value(&v))
 }
 
+/// The instance attributes of `obj` (its `__dict__`), when they are an exact dict.
+fn instance_attrs<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let attrs = obj.getattr(intern!(obj.py(), "__dict__"))?;
+    Ok(attrs.cast_into_exact::<PyDict>().ok())
+}
+
 /// A clone of `d`: `cls.__new__(cls)` with the instance attributes `attrs` (a fresh
 /// instance's) and `d`'s items, stored without running the class's code. `None`: the class
 /// does not make such an instance.
@@ -523,10 +529,7 @@ fn clone_of<'py>(
     if !new.get_type().is(&cls) || !new.is_empty() {
         return Ok(None);
     }
-    let Ok(new_attrs) = new
-        .getattr(intern!(py, "__dict__"))?
-        .cast_into_exact::<PyDict>()
-    else {
+    let Some(new_attrs) = instance_attrs(&new)? else {
         return Ok(None);
     };
     new_attrs.update(attrs.as_mapping())?;
@@ -557,10 +560,7 @@ fn find_cloned(d: &Bound<'_, PyDict>) -> PyResult<Cloned> {
     let Ok(fresh) = cls.call0() else {
         return Ok(None);
     };
-    let Ok(attrs) = fresh
-        .getattr(intern!(py, "__dict__"))?
-        .cast_into_exact::<PyDict>()
-    else {
+    let Some(attrs) = instance_attrs(&fresh)? else {
         return Ok(None);
     };
     let attrs = attrs.copy()?;
