@@ -112,17 +112,12 @@ impl RowStrings {
                 ));
             }
             let v = match &mask {
-                // the reference deep-copies the whole row before it masks the column: a value
-                // that copy may refuse (or run code for) goes to the pure-Python path
-                Some(_) if !str_is_pure(&v) => {
-                    return Err(unsupported(
-                        "row value whose deep copy may fail or run code",
-                    ));
-                }
-                Some((field, value)) if *k == **field => value.clone_ref(row.py()),
+                // (the masked column's own value too: the reference deep-copies the whole row
+                // before it masks the column, and that copy may refuse it or run its code)
                 _ if pure_only && !str_is_pure(&v) => {
                     return Err(unsupported("row value whose str() may fail or run code"));
                 }
+                Some((field, value)) if *k == **field => value.clone_ref(row.py()),
                 _ => py_str(&v)?,
             };
             pairs.push((k, v));
