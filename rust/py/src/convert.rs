@@ -601,7 +601,7 @@ fn cloned(d: &Bound<'_, PyDict>) -> PyResult<Cloned> {
 /// ([`CLONED_CLASSES`]) and its items are immutable. `copy.deepcopy` of a `ConfigDict` runs
 /// its Python code (about 6 us, a third of a whole row of a 5-shot dialogue); the clone is a
 /// few C calls.
-pub(crate) fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
+fn plain_clone(d: &Bound<'_, PyDict>) -> PyResult<bool> {
     Ok(plain_items(d) && cloned(d)?.is_some())
 }
 

@@ -147,7 +147,8 @@ struct MemoEntry {
 
 enum MemoOut {
     Str(Py<PyString>),
-    /// list items: a dict (copied on every hit: a dict subclass's by its proven clone) or a str
+    /// list items: a dict (copied on every hit, a dict subclass's as `copy_source` copies it)
+    /// or a str
     List(Vec<(Py<PyAny>, bool)>),
 }
 
@@ -217,12 +218,8 @@ impl MemoEntry {
             let mut items = Vec::with_capacity(list.len());
             for obj in list.iter() {
                 if let Ok(d) = obj.cast::<PyDict>() {
-                    // a dict subclass's item is in the output only when its class is cloned
-                    // (the template's sources are); anything else is not remembered
+                    // (a dict subclass's item, copied as every hit copies it)
                     let subclass = !d.is_exact_instance_of::<PyDict>();
-                    if subclass && !crate::convert::plain_clone(d)? {
-                        return Ok(None);
-                    }
                     items.push((
                         copy_source(entry.py(), d, subclass)?.into_any().unbind(),
                         true,
