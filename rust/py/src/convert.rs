@@ -747,7 +747,9 @@ pub(crate) fn item_to_py<'py>(
 fn set_prompt(d: &Bound<'_, PyDict>, p: &str) -> PyResult<()> {
     let py = d.py();
     let key = intern!(py, "prompt");
-    if !d.is_exact_instance_of::<PyDict>() && !plain_clone(d)? {
+    // (`d` is a copy this module made: a dict subclass's, of immutable items, is a clone when
+    // its class is cloned, and storing a `str` in it is what its `__setitem__` does)
+    if !d.is_exact_instance_of::<PyDict>() && cloned(d)?.is_none() {
         // a dict subclass's own `__setitem__`, as the reference's `item['prompt'] = ...`
         return d.as_any().set_item(key, p);
     }
