@@ -257,11 +257,12 @@ def _w1_setup(M: Any) -> dict[str, Any]:
     }
 
 
-def _w2_setup(M: Any) -> dict[str, Any]:
+def _w2_setup(M: Any, dicts: Callable[[Any], Any] = copy.deepcopy) -> dict[str, Any]:
+    """``dicts`` makes the templates' and meta template's own copies of their dicts."""
     return {
-        "parser": M.LMTemplateParser(copy.deepcopy(CHATML_META)),
-        "ice_template": M.PromptTemplate(copy.deepcopy(W2_ICE_TEMPLATE)),
-        "prompt_template": M.PromptTemplate(copy.deepcopy(W2_PROMPT_TEMPLATE), ice_token="</E>"),
+        "parser": M.LMTemplateParser(dicts(CHATML_META)),
+        "ice_template": M.PromptTemplate(dicts(W2_ICE_TEMPLATE)),
+        "prompt_template": M.PromptTemplate(dicts(W2_PROMPT_TEMPLATE), ice_token="</E>"),
         "output_column": "target",
         "fix_id_list": [0, 1, 2, 3, 4],
     }

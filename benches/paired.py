@@ -131,13 +131,7 @@ def _configdict_setup(M: Any) -> dict[str, Any]:
             return [cfg(v) for v in x]
         return x
 
-    return {
-        "parser": M.LMTemplateParser(cfg(B.CHATML_META)),
-        "ice_template": M.PromptTemplate(cfg(B.W2_ICE_TEMPLATE)),
-        "prompt_template": M.PromptTemplate(cfg(B.W2_PROMPT_TEMPLATE), ice_token="</E>"),
-        "output_column": "target",
-        "fix_id_list": [0, 1, 2, 3, 4],
-    }
+    return B._w2_setup(M, dicts=cfg)
 
 
 def _flow_pair(which: str) -> Pair:
