@@ -174,6 +174,26 @@ CONSTRUCT_CASES: dict[str, tuple[str, bool]] = {
         "{% set ns = namespace(v=0) %}{{ bump(ns) }}{{ bump(ns) }}{{ ns.v }}",
         False,
     ),
+    # the quick comparisons and lookups: a message picked by a constant index, comparisons
+    # of strings, of integers, of truths and of mixed kinds
+    "indexed_message_fields": (
+        "{% if messages[0]['role'] == 'system' %}S:{{ messages[0]['content'] }}{% endif %}"
+        "|{{ messages[-1]['role'] + messages[1].role }}|{{ messages[-4]['content'] | trim }}"
+        "|{{ messages[0]['role'] != messages[-1]['role'] }}|{{ messages[1]['missing'] == 'x' }}"
+        "|{{ messages[0]['content'] == 0 }}|{{ messages[2]['content'] != None }}",
+        True,
+    ),
+    "index_out_of_range": (
+        "{% if messages[7]['role'] == 'user' %}u{% else %}v{% endif %}",
+        False,
+    ),
+    "mixed_comparisons": (
+        "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 1) %}!"
+        "{% endif %}{{ loop.index == 2 }}{{ (loop.index0 == 0) == (m.role == 'system') }}"
+        "{{ loop.index0 == '0' }}{{ m.role == loop.index0 }}{{ (loop.index0 - 1) * 2 == -2 }}"
+        "{{ loop.length != loop.index }}{% endfor %}",
+        True,
+    ),
     "top_level_variable": (
         "{% set sep = '|' %}{% macro j(a, b) %}{{ a }}{{ sep }}{{ b }}{% endmacro %}"
         "{{ j('x', 'y') }}",

@@ -1603,13 +1603,25 @@ impl<'a> Machine<'a, '_> {
     /// A name's binding (poisoned or not) in the running scope; in a macro body, a name the
     /// body has not bound is a render variable or unset, and one the template binds anywhere
     /// reads as poisoned.
+    #[inline]
     fn find(&self, name: u32) -> Option<&V<'a>> {
+        if self.frame == 0 {
+            // the top level: its scope is all of it
+            return self
+                .scope
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v);
+        }
+        self.find_in_macro(name)
+    }
+
+    /// [`Machine::find`] in a macro body.
+    fn find_in_macro(&self, name: u32) -> Option<&V<'a>> {
         let own = self.scope.get(self.frame..).unwrap_or_default();
         if let Some((_, v)) = own.iter().rev().find(|(k, _)| *k == name) {
             return Some(v);
-        }
-        if self.frame == 0 {
-            return None;
         }
         let i = usize::try_from(name).unwrap_or(usize::MAX);
         if let Some(Some(index)) = self.top_macro.get(i) {
@@ -1737,8 +1749,20 @@ impl<'a> Machine<'a, '_> {
     }
 
     /// The text of the commonest string operands without building a value: a string
-    /// constant, a string variable, a message's string field (`None`: evaluate it).
+    /// constant, a string variable, a message's string field (`None`: evaluate it). The two
+    /// commonest forms are read here, in the caller; the rest in [`Machine::quick_str_other`].
+    #[inline]
     fn quick_str(&self, e: &'a Ex) -> R<Option<&'a str>> {
+        match e {
+            Ex::Const(Const::Str(c)) => Ok(Some(c)),
+            Ex::Field(target, key) => self.quick_field(target, key),
+            _ => self.quick_str_other(e),
+        }
+    }
+
+    /// [`Machine::quick_str`]'s other forms: a string variable, `message.key`, and `| trim` or
+    /// `.strip()` of a quick string.
+    fn quick_str_other(&self, e: &'a Ex) -> R<Option<&'a str>> {
         Ok(match e {
             Ex::Const(Const::Str(c)) => Some(c),
             Ex::Var(id) => match self.get(*id)? {
@@ -1761,23 +1785,44 @@ impl<'a> Machine<'a, '_> {
         })
     }
 
-    /// A string field of a message variable: `message['key']`.
+    /// A string field of a message variable, `message['key']`, or of a message picked from a
+    /// list of messages by a constant index, `messages[0]['key']`.
     fn quick_field(&self, target: &Ex, key: &str) -> R<Option<&'a str>> {
-        let Ex::Var(id) = target else {
-            return Ok(None);
-        };
-        Ok(match self.get(*id)? {
-            Some(V::Msg(m)) => match m.get(key) {
-                Some(Scalar::Str(s)) => Some(s),
-                _ => None,
+        let message = match target {
+            Ex::Var(id) => match self.get(*id)? {
+                Some(V::Msg(m)) => *m,
+                _ => return Ok(None),
             },
+            Ex::Item(list, index) => match (&**list, &**index) {
+                (Ex::Var(id), Ex::Const(Const::Int(i))) => match self.get(*id)? {
+                    Some(V::Msgs(ms)) => match py_index(*i, ms.len()) {
+                        Some(at) => &ms[at],
+                        None => return Ok(None),
+                    },
+                    _ => return Ok(None),
+                },
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        Ok(match message.get(key) {
+            Some(Scalar::Str(s)) => Some(s),
             _ => None,
         })
     }
 
     /// The value of the commonest integer operands without building a value: an integer
     /// constant, `loop.index0`/`loop.index`, and `+ - * // %` of those (`None`: evaluate it).
+    #[inline]
     fn quick_int(&self, e: &'a Ex) -> R<Option<i64>> {
+        match e {
+            Ex::Const(Const::Int(i)) => Ok(Some(*i)),
+            _ => self.quick_int_other(e),
+        }
+    }
+
+    /// [`Machine::quick_int`]'s forms other than a constant.
+    fn quick_int_other(&self, e: &'a Ex) -> R<Option<i64>> {
         Ok(match e {
             Ex::Const(Const::Int(i)) => Some(*i),
             Ex::Attr(target, name) => match &**target {
@@ -1806,15 +1851,26 @@ impl<'a> Machine<'a, '_> {
             Ex::Cmp(first, ops) if ops.len() == 1 && matches!(ops[0].0, Cmp::Eq | Cmp::Ne) => {
                 let (op, rhs) = &ops[0];
                 let eq = matches!(op, Cmp::Eq);
-                if let (Some(a), Some(b)) = (self.quick_str(first)?, self.quick_str(rhs)?) {
-                    return Ok((a == b) == eq);
-                }
-                if let (Some(a), Some(b)) = (self.quick_int(first)?, self.quick_int(rhs)?) {
-                    return Ok((a == b) == eq);
-                }
+                // each shortcut is exact where it applies; an operand's form says which may
+                // apply, so that the others are not tried (evaluation is pure: a shortcut that
+                // does not apply has changed nothing)
                 if is_boolish(first) && is_boolish(rhs) {
                     let a = self.eval_bool(first)?;
                     let b = self.eval_bool(rhs)?;
+                    return Ok((a == b) == eq);
+                }
+                if may_be_quick_str(first)
+                    && may_be_quick_str(rhs)
+                    && let Some(a) = self.quick_str(first)?
+                    && let Some(b) = self.quick_str(rhs)?
+                {
+                    return Ok((a == b) == eq);
+                }
+                if may_be_quick_int(first)
+                    && may_be_quick_int(rhs)
+                    && let Some(a) = self.quick_int(first)?
+                    && let Some(b) = self.quick_int(rhs)?
+                {
                     return Ok((a == b) == eq);
                 }
                 self.eval(e)?.truthy()
@@ -2527,6 +2583,27 @@ impl<'a> Machine<'a, '_> {
 /// An expression whose value is always a bool.
 fn is_boolish(e: &Ex) -> bool {
     matches!(e, Ex::Cmp(..) | Ex::Not(_) | Ex::Test(..))
+}
+
+/// Whether [`Machine::quick_str`] can give `e`'s value (the forms it reads; it may still not).
+fn may_be_quick_str(e: &Ex) -> bool {
+    match e {
+        Ex::Const(c) => matches!(c, Const::Str(_)),
+        Ex::Var(_) | Ex::Field(..) | Ex::Attr(..) => true,
+        Ex::Filter(FilterKind::Trim, _, args) | Ex::Method(_, MethodKind::Strip, args) => {
+            args.is_empty()
+        }
+        _ => false,
+    }
+}
+
+/// Whether [`Machine::quick_int`] can give `e`'s value (the forms it reads; it may still not).
+fn may_be_quick_int(e: &Ex) -> bool {
+    match e {
+        Ex::Const(c) => matches!(c, Const::Int(_)),
+        Ex::Attr(..) | Ex::Arith(..) => true,
+        _ => false,
+    }
 }
 
 fn add<'a>(left: &V<'a>, right: &V<'a>) -> R<V<'a>> {
