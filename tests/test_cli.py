@@ -377,6 +377,20 @@ def test_ice_indices_errors_name_the_file_and_line(
     assert "nope.json: no such file" in missing
 
 
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_ice_indices_jsonl_lines_as_data_lines(tmp_path: Path, eol: bytes) -> None:
+    """A JSONL file of index lists is split into lines as a JSONL data file is (universal
+    newlines); a line of JSON's white space is skipped, one of other white space is invalid."""
+    path = tmp_path / "idx.jsonl"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + eol.join([b"[0, 2]", b" \t", b'{"ice_indices": [1]}', b"[]"])
+    )
+    assert cli.read_ice_indices(str(path)) == [[0, 2], [1], []]
+    path.write_bytes(eol.join([b"[0]", b"\xc2\xa0", b"[1]"]) + eol)
+    with pytest.raises(cli.CliError, match=r"idx\.jsonl:2: invalid JSON"):
+        cli.read_ice_indices(str(path))
+
+
 def test_render_ppl_label_dict(work: Path) -> None:
     recs = records(
         ok(work, "render", "ppl_cfg.py", "--data", "test.jsonl", "--model", "model.py").stdout

@@ -463,9 +463,10 @@ def read_ice_indices(path: str) -> list[list[int]]:
                 lists.append(_index_list(item, f"{path}: item {row}"))
             return lists
         with p.open("rb") as f:
-            for lineno, raw in enumerate(f, 1):
+            # lines as the data files' (universal newlines; only JSON's white space is blank)
+            for lineno, raw in enumerate(_jsonl_lines(f), 1):
                 text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{path}:{lineno}")
-                if text.strip():
+                if text.strip(_JSON_WHITESPACE):
                     value = _json_loads(text, path, lineno)
                     if isinstance(value, dict) and "ice_indices" in value:
                         value = value["ice_indices"]
