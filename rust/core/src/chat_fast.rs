@@ -1603,7 +1603,9 @@ impl<'a> Machine<'a, '_> {
     /// A name's binding (poisoned or not) in the running scope; in a macro body, a name the
     /// body has not bound is a render variable or unset, and one the template binds anywhere
     /// reads as poisoned.
-    #[inline]
+    // (forced: the compiler keeps it out of line, a call for a compare or two)
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn find(&self, name: u32) -> Option<&V<'a>> {
         if self.frame == 0 {
             // the top level: its scope is all of it
@@ -1751,7 +1753,9 @@ impl<'a> Machine<'a, '_> {
     /// The text of the commonest string operands without building a value: a string
     /// constant, a string variable, a message's string field (`None`: evaluate it). The two
     /// commonest forms are read here, in the caller; the rest in [`Machine::quick_str_other`].
-    #[inline]
+    // (forced: the compiler keeps it out of line, a call for a compare or two)
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn quick_str(&self, e: &'a Ex) -> R<Option<&'a str>> {
         match e {
             Ex::Const(Const::Str(c)) => Ok(Some(c)),
@@ -1813,7 +1817,9 @@ impl<'a> Machine<'a, '_> {
 
     /// The value of the commonest integer operands without building a value: an integer
     /// constant, `loop.index0`/`loop.index`, and `+ - * // %` of those (`None`: evaluate it).
-    #[inline]
+    // (forced: the compiler keeps it out of line, a call for a compare or two)
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn quick_int(&self, e: &'a Ex) -> R<Option<i64>> {
         match e {
             Ex::Const(Const::Int(i)) => Ok(Some(*i)),
