@@ -2382,9 +2382,17 @@ impl<'a> Machine<'a, '_> {
                 }
                 V::Str(S::O(Rc::from(buf)))
             }
+            // a list reversed is Python's reverse iterator in Jinja2: iterable once, with no
+            // length or items by index (a generator here)
             FilterKind::Reverse => match v {
-                V::Msgs(m) => V::List(Rc::new(m.iter().rev().map(V::Msg).collect())),
-                V::List(l) => V::List(Rc::new(l.iter().rev().cloned().collect())),
+                V::Msgs(m) => V::Gen(Rc::new(Generator {
+                    items: m.iter().rev().map(V::Msg).collect(),
+                    used: std::cell::Cell::new(false),
+                })),
+                V::List(l) => V::Gen(Rc::new(Generator {
+                    items: l.iter().rev().cloned().collect(),
+                    used: std::cell::Cell::new(false),
+                })),
                 V::Str(s) => V::Str(S::O(Rc::from(s.as_str().chars().rev().collect::<String>()))),
                 _ => return Err(Bail),
             },

@@ -230,7 +230,14 @@ fn add_iterator_aware(env: &mut Environment<'_>) {
             Ok(Iter::value(type_name, label, items))
         };
         match value.kind() {
+            // (a slice of a list, or a `range`, is a lazy iterable here, a list or a range in
+            // Jinja2: reversible, into an iterator)
             ValueKind::Seq if !value.is_tuple() => iterator(
+                "list_reverseiterator",
+                "<list_reverseiterator object",
+                &value,
+            ),
+            ValueKind::Iterable if Iter::type_name_of(&value).is_none() => iterator(
                 "list_reverseiterator",
                 "<list_reverseiterator object",
                 &value,
