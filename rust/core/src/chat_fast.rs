@@ -1768,12 +1768,10 @@ impl<'a> Machine<'a, '_> {
     /// `.strip()` of a quick string.
     fn quick_str_other(&self, e: &'a Ex) -> R<Option<&'a str>> {
         Ok(match e {
-            Ex::Const(Const::Str(c)) => Some(c),
             Ex::Var(id) => match self.get(*id)? {
                 Some(V::Str(S::B(s))) => Some(s),
                 _ => None,
             },
-            Ex::Field(target, key) => self.quick_field(target, key)?,
             // `message.content` (a dict's own attribute names are its methods)
             Ex::Attr(target, name) if !DICT_ATTRS.contains(&name.as_str()) => {
                 self.quick_field(target, name)?
@@ -1830,7 +1828,6 @@ impl<'a> Machine<'a, '_> {
     /// [`Machine::quick_int`]'s forms other than a constant.
     fn quick_int_other(&self, e: &'a Ex) -> R<Option<i64>> {
         Ok(match e {
-            Ex::Const(Const::Int(i)) => Some(*i),
             Ex::Attr(target, name) => match &**target {
                 Ex::Var(LOOP) => match self.get(LOOP)? {
                     Some(V::Loop { index0, .. }) => match name.as_str() {
