@@ -159,14 +159,20 @@ def _jsonl_lines(f: Iterable[bytes]) -> Iterator[bytes]:
             yield raw
 
 
+def _jsonl_values(f: Iterable[bytes], name: str) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each line of a JSONL file, with its line number: UTF-8 (a BOM
+    before the first line dropped); a line of JSON's white space is skipped, one of other
+    white space (such as U+00A0) is invalid JSON. Errors name the file and line."""
+    for lineno, raw in enumerate(_jsonl_lines(f), 1):
+        text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{name}:{lineno}")
+        if text.strip(_JSON_WHITESPACE):
+            yield lineno, _json_loads(text, name, lineno)
+
+
 def _read_jsonl(p: Path, name: str, progress: Callable[[int], None] | None) -> list[Row]:
     rows: list[Row] = []
     with p.open("rb") as f:
-        for lineno, raw in enumerate(_jsonl_lines(f), 1):
-            text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{name}:{lineno}")
-            if not text.strip(_JSON_WHITESPACE):
-                continue  # (a line of other white space, such as U+00A0, is invalid JSON)
-            value = _json_loads(text, name, lineno)
+        for lineno, value in _jsonl_values(f, name):
             if not isinstance(value, dict):
                 raise CliError(
                     f"{name}:{lineno}: expected a JSON object per line, got {_json_type(value)}"
@@ -463,14 +469,10 @@ def read_ice_indices(path: str) -> list[list[int]]:
                 lists.append(_index_list(item, f"{path}: item {row}"))
             return lists
         with p.open("rb") as f:
-            # lines as the data files' (universal newlines; only JSON's white space is blank)
-            for lineno, raw in enumerate(_jsonl_lines(f), 1):
-                text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{path}:{lineno}")
-                if text.strip(_JSON_WHITESPACE):
-                    value = _json_loads(text, path, lineno)
-                    if isinstance(value, dict) and "ice_indices" in value:
-                        value = value["ice_indices"]
-                    lists.append(_index_list(value, f"{path}:{lineno}"))
+            for lineno, value in _jsonl_values(f, path):
+                if isinstance(value, dict) and "ice_indices" in value:
+                    value = value["ice_indices"]
+                lists.append(_index_list(value, f"{path}:{lineno}"))
     except OSError as exc:
         raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     return lists
