@@ -1059,6 +1059,14 @@ struct Generator<'a> {
 }
 
 impl<'a> Generator<'a> {
+    /// A generator of `items`, not yet used.
+    fn value(items: Vec<V<'a>>) -> V<'a> {
+        V::Gen(Rc::new(Generator {
+            items,
+            used: std::cell::Cell::new(false),
+        }))
+    }
+
     /// Its items, once: a second use of a generator sees it exhausted (not modelled).
     fn take(&self) -> R<&[V<'a>]> {
         if self.used.replace(true) {
@@ -2341,10 +2349,7 @@ impl<'a> Machine<'a, '_> {
                         kept.push(item);
                     }
                 }
-                V::Gen(Rc::new(Generator {
-                    items: kept,
-                    used: std::cell::Cell::new(false),
-                }))
+                Generator::value(kept)
             }
             Ex::Unsupported => return Err(Bail),
         })
@@ -2382,14 +2387,8 @@ impl<'a> Machine<'a, '_> {
             // a list reversed is Python's reverse iterator in Jinja2: iterable once, with no
             // length or items by index (a generator here)
             FilterKind::Reverse => match v {
-                V::Msgs(m) => V::Gen(Rc::new(Generator {
-                    items: m.iter().rev().map(V::Msg).collect(),
-                    used: std::cell::Cell::new(false),
-                })),
-                V::List(l) => V::Gen(Rc::new(Generator {
-                    items: l.iter().rev().cloned().collect(),
-                    used: std::cell::Cell::new(false),
-                })),
+                V::Msgs(m) => Generator::value(m.iter().rev().map(V::Msg).collect()),
+                V::List(l) => Generator::value(l.iter().rev().cloned().collect()),
                 V::Str(s) => V::Str(S::O(Rc::from(s.as_str().chars().rev().collect::<String>()))),
                 _ => return Err(Bail),
             },
