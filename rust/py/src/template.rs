@@ -101,6 +101,12 @@ impl Shape {
     }
 }
 
+/// A copy of an output item the memo keeps or hands out: a plain dict's (of immutable values)
+/// is a plain copy, a dict subclass's is made as [`copy_source`] makes its copies.
+fn memo_copy<'py>(d: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    copy_source(d.py(), d, !d.is_exact_instance_of::<PyDict>())
+}
+
 /// Outputs of `generate_ice_item`, remembered by the identity of the row's keys and values.
 ///
 /// A retriever asks for the same training rows' examples again and again (FixK: the same ones
@@ -193,9 +199,7 @@ impl MemoEntry {
                 for (obj, is_dict) in items {
                     let obj = obj.bind(py);
                     if *is_dict {
-                        let d = obj.cast::<PyDict>()?;
-                        let subclass = !d.is_exact_instance_of::<PyDict>();
-                        list.append(copy_source(py, d, subclass)?)?;
+                        list.append(memo_copy(obj.cast::<PyDict>()?)?)?;
                     } else {
                         list.append(obj)?;
                     }
@@ -218,12 +222,7 @@ impl MemoEntry {
             let mut items = Vec::with_capacity(list.len());
             for obj in list.iter() {
                 if let Ok(d) = obj.cast::<PyDict>() {
-                    // (a dict subclass's item, copied as every hit copies it)
-                    let subclass = !d.is_exact_instance_of::<PyDict>();
-                    items.push((
-                        copy_source(entry.py(), d, subclass)?.into_any().unbind(),
-                        true,
-                    ));
+                    items.push((memo_copy(d)?.into_any().unbind(), true));
                 } else if obj.is_exact_instance_of::<PyString>() {
                     items.push((obj.unbind(), false));
                 } else {
