@@ -1201,6 +1201,10 @@ SEMANTICS = {
     "{{ s is sequence }}{{ n is sequence }}{{ n is iterable }}{{ d is iterable }}{{ t is number }}",
     "loop": "{% for x in l %}{{ loop.index }}{{ loop.last }}{{ loop.first }}{{ loop.length }}"
     "{{ loop.revindex0 }}{{ loop.previtem is defined }},{% endfor %}",
+    "loop_over_str_and_dict": "{% for c in s %}{{ c }}{{ loop.length }}{{ loop.revindex }}"
+    "{{ loop.last }}{{ loop.nextitem is defined }},{% endfor %}|{% for c in u %}{{ c }}"
+    "{{ loop.revindex0 }}{{ loop.last }},{% endfor %}|{% for k in d %}{{ k }}{{ loop.length }}"
+    "{{ loop.last }},{% endfor %}|{% for c in '' %}x{% else %}empty{% endfor %}",
     "namespace": "{% set ns = namespace(a=1, b='x') %}{% for x in l %}{% set ns.a = ns.a + 1 %}"
     "{% endfor %}{{ ns.a }}{{ ns.b }}",
     "tojson": "{{ l | tojson }}|{{ d | tojson(indent=2) }}|{{ u | tojson }}|"
@@ -1269,6 +1273,12 @@ def test_jinja2_semantics(source: str, ref_tok: Any) -> None:
     ref = _reference(ref_tok, source, case)
     assert ref[0] == "ok", ref
     _assert_same(ref, chat_corpus.ours_outcome(source, case))
+    # the full engine alone too (the public path takes the fast path where it renders)
+    from promptweave._core import CompiledChatTemplate
+
+    full = CompiledChatTemplate(source, None, False)
+    variables = [*extra.items(), *SPECIAL_ITEMS]
+    assert ref == ("ok", full.render(case["messages"], variables, False))
 
 
 def test_numpy_values_in_messages_like_transformers(ref_tok: Any) -> None:

@@ -1098,6 +1098,15 @@ impl ChatTemplate {
             if let Some(rest) = Iter::drain(&v) {
                 return Ok(Value::from(rest));
             }
+            // a loop over a string takes its characters (minijinja knows no `loop.length`,
+            // `loop.revindex` or `loop.last` for one)
+            if let Some(text) = v.as_str() {
+                return Ok(Value::from(
+                    text.chars()
+                        .map(|c| Value::from(c.to_string()))
+                        .collect::<Vec<_>>(),
+                ));
+            }
             Ok(v)
         });
         env.add_function(PY_ADD, |a: Value, b: Value| py_add(&a, &b));
