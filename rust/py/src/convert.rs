@@ -194,9 +194,9 @@ fn two_key_item(d: &Bound<'_, PyDict>, strs: &mut Strs) -> PyResult<Option<Raw>>
     let (role, prompt) = (intern!(py, "role"), intern!(py, "prompt"));
     let (section, pos) = (intern!(py, "section"), intern!(py, "pos"));
     let item = if k1.is(role) && k2.is(prompt) {
-        role_item(&v1, &v2, strs)?
+        role_item(v1, v2, strs)?
     } else if k1.is(prompt) && k2.is(role) {
-        role_item(&v2, &v1, strs)?
+        role_item(v2, v1, strs)?
     } else if k1.is(section) && k2.is(pos) {
         Raw::Marker(marker_of(&v1, &v2)?)
     } else if k1.is(pos) && k2.is(section) {
@@ -208,10 +208,10 @@ fn two_key_item(d: &Bound<'_, PyDict>, strs: &mut Strs) -> PyResult<Option<Raw>>
 }
 
 /// The role item `{role: role, prompt: prompt}`.
-fn role_item(role: &Bound<'_, PyAny>, prompt: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<Raw> {
+fn role_item(role: Bound<'_, PyAny>, prompt: Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<Raw> {
     Ok(Raw::Role(RawRole {
-        role: Some(strs.backed(role, "non-str role")?),
-        prompt: Some(strs.backed(prompt, "non-str prompt")?),
+        role: Some(strs.take(role, "non-str role")?),
+        prompt: Some(strs.take(prompt, "non-str prompt")?),
         ..RawRole::default()
     }))
 }
@@ -247,26 +247,54 @@ fn backed(value: &Bound<'_, PyAny>, what: &str) -> PyResult<PyBackedStr> {
 /// Strings borrowed from Python while items are read; items refer to them by index (small
 /// items move cheaply, and one vector holds every string of a list).
 #[derive(Default)]
-pub(crate) struct Strs(Vec<PyBackedStr>);
+pub(crate) struct Strs {
+    all: Vec<PyBackedStr>,
+    /// the objects of the last two strings added, and their indices: a string object met again
+    /// (the role names of a dialogue, `'HUMAN'`, `'BOT'`, `'HUMAN'`, ...) is not read again. The
+    /// objects are held in `all`, so an address here is not reused while this is alive.
+    recent: [(usize, u32); 2],
+}
 
 /// Index of a string in [`Strs`].
 #[derive(Clone, Copy)]
 pub(crate) struct StrId(u32);
 
 impl Strs {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Self {
+            all: Vec::with_capacity(n),
+            recent: [(0, 0); 2],
+        }
+    }
+
     fn add(&mut self, s: PyBackedStr) -> PyResult<StrId> {
-        let id = u32::try_from(self.0.len()).map_err(|_| unsupported("too many strings"))?;
-        self.0.push(s);
+        let id = u32::try_from(self.all.len()).map_err(|_| unsupported("too many strings"))?;
+        self.all.push(s);
         Ok(StrId(id))
     }
 
     fn backed(&mut self, value: &Bound<'_, PyAny>, what: &str) -> PyResult<StrId> {
-        let s = backed(value, what)?;
-        self.add(s)
+        self.take(value.clone(), what)
+    }
+
+    /// `value` (an exact `str`) added, or found among the recent ones.
+    fn take(&mut self, value: Bound<'_, PyAny>, what: &str) -> PyResult<StrId> {
+        let at = value.as_ptr() as usize;
+        if let Some(&(_, id)) = self.recent.iter().find(|(p, _)| *p == at) {
+            return Ok(StrId(id));
+        }
+        let Ok(value) = value.cast_into_exact::<PyString>() else {
+            return Err(unsupported(what));
+        };
+        let s = PyBackedStr::try_from(value)
+            .map_err(|_| unsupported("string that is not valid UTF-8"))?;
+        let id = self.add(s)?;
+        self.recent = [(at, id.0), self.recent[0]];
+        Ok(id)
     }
 
     fn get(&self, id: StrId) -> &str {
-        self.0.get(id.0 as usize).map_or("", |s| &**s)
+        self.all.get(id.0 as usize).map_or("", |s| &**s)
     }
 
     fn cow(&self, id: Option<StrId>) -> Option<Cow<'_, str>> {
@@ -392,7 +420,7 @@ pub(crate) fn raw_item(obj: &Bound<'_, PyAny>, strs: &mut Strs) -> PyResult<(Raw
         if let Some(role) = d.get_item(intern!(py, "role"))? {
             if let Some(prompt) = d.get_item(intern!(py, "prompt"))? {
                 let deep = !is_plain_value(&role) || !is_plain_value(&prompt);
-                return item(role_item(&role, &prompt, strs)?, deep);
+                return item(role_item(role, prompt, strs)?, deep);
             }
         }
     }
@@ -418,7 +446,7 @@ impl InputItems {
         }
         let mut raw = Vec::with_capacity(list.len());
         let mut deep = Vec::with_capacity(list.len());
-        let mut strs = Strs(Vec::with_capacity(2 * list.len()));
+        let mut strs = Strs::with_capacity(2 * list.len());
         for obj in list.iter() {
             let (r, d) = raw_item(&obj, &mut strs)?;
             raw.push(r);
