@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -389,6 +390,34 @@ def test_ice_indices_jsonl_lines_as_data_lines(tmp_path: Path, eol: bytes) -> No
     path.write_bytes(eol.join([b"[0]", b"\xc2\xa0", b"[1]"]) + eol)
     with pytest.raises(cli.CliError, match=r"idx\.jsonl:2: invalid JSON"):
         cli.read_ice_indices(str(path))
+
+
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"], ids=["plain", "bom"])
+@pytest.mark.parametrize("suffix", ["json", "jsonl"])
+def test_ice_indices_not_utf8_names_line_and_byte(tmp_path: Path, bom: bytes, suffix: str) -> None:
+    """An index file with a byte that is not UTF-8 is reported with its line and the byte's
+    offset in the file, for a .json array as for a .jsonl file."""
+    path = tmp_path / f"idx.{suffix}"
+    lines = (
+        [b"[0]", b"[1]", b"[2] \xff"] if suffix == "jsonl" else [b"[[0],", b"[1],", b"[2]] \xff"]
+    )
+    raw = bom + b"\n".join(lines) + b"\n"
+    path.write_bytes(raw)
+    where = f"idx.{suffix}:3: not UTF-8 text (invalid start byte at byte {raw.index(0xFF)})"
+    with pytest.raises(cli.CliError, match=re.escape(where)):
+        cli.read_ice_indices(str(path))
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_jsonl_not_utf8_names_line_and_file_byte(tmp_path: Path, eol: bytes) -> None:
+    """A JSONL data file's bad byte is reported with its line and its offset in the file (as
+    a .json or CSV file's is), whatever the line endings."""
+    raw = b"\xef\xbb\xbf" + eol.join([b'{"a": 1}', b"", b'{"a": "\xff"}', b'{"a": 2}']) + eol
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(raw)
+    where = f"data.jsonl:3: not UTF-8 text (invalid start byte at byte {raw.index(0xFF)})"
+    with pytest.raises(cli.CliError, match=re.escape(where)):
+        cli.read_rows(str(path))
 
 
 def test_render_ppl_label_dict(work: Path) -> None:

@@ -149,22 +149,25 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
-def _jsonl_lines(f: Iterable[bytes]) -> Iterator[bytes]:
+def _jsonl_lines(f: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     """The lines of a binary file as text mode reads them (universal newlines: a lone ``\r``
-    ends a line too, as in ``for line in open(path)``, which OpenCompass's JSONL loaders use)."""
+    ends a line too, as in ``for line in open(path)``, which OpenCompass's JSONL loaders use),
+    each with the offset in the file of its first byte."""
+    at = 0
     for raw in f:
-        if b"\r" in raw:
-            yield from raw.splitlines()
-        else:
-            yield raw
+        for line in raw.splitlines(keepends=True) if b"\r" in raw else (raw,):
+            yield at, line
+            at += len(line)
 
 
 def _jsonl_values(f: Iterable[bytes], name: str) -> Iterator[tuple[int, Any]]:
     """The JSON value of each line of a JSONL file, with its line number: UTF-8 (a BOM
     before the first line dropped); a line of JSON's white space is skipped, one of other
-    white space (such as U+00A0) is invalid JSON. Errors name the file and line."""
-    for lineno, raw in enumerate(_jsonl_lines(f), 1):
-        text = _decode(raw, "utf-8-sig" if lineno == 1 else "utf-8", f"{name}:{lineno}")
+    white space (such as U+00A0) is invalid JSON. Errors name the file and line (and, for a
+    byte that is not UTF-8, its offset in the file)."""
+    for lineno, (at, raw) in enumerate(_jsonl_lines(f), 1):
+        encoding = "utf-8-sig" if lineno == 1 else "utf-8"
+        text = _decode(raw, encoding, f"{name}:{lineno}", offset=at)
         if text.strip(_JSON_WHITESPACE):
             yield lineno, _json_loads(text, name, lineno)
 
@@ -189,14 +192,17 @@ _BOM = b"\xef\xbb\xbf"
 _JSON_WHITESPACE = " \t\r\n"
 
 
-def _decode(raw: bytes, encoding: str, where: str, whole_file: bool = False) -> str:
+def _decode(
+    raw: bytes, encoding: str, where: str, whole_file: bool = False, offset: int = 0
+) -> str:
     """``raw`` decoded; the error names ``where`` (with the line of the bad byte when ``raw``
-    is the ``whole_file``)."""
+    is the ``whole_file``) and the bad byte's offset in the file (``raw`` starts at
+    ``offset``)."""
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
         # (the utf-8-sig codec counts from after a BOM)
-        start = exc.start + (3 if encoding == "utf-8-sig" and raw.startswith(_BOM) else 0)
+        start = offset + exc.start + (3 if encoding == "utf-8-sig" and raw.startswith(_BOM) else 0)
         if whole_file:
             line = raw.count(b"\n", 0, start) + 1
             where = f"{where}:{line}"
@@ -461,7 +467,7 @@ def read_ice_indices(path: str) -> list[list[int]]:
     lists: list[list[int]] = []
     try:
         if DATA_FORMATS[suffix] == "json":
-            value = _json_loads(_decode(p.read_bytes(), "utf-8-sig", path), path)
+            value = _json_loads(_decode(p.read_bytes(), "utf-8-sig", path, whole_file=True), path)
             if not isinstance(value, list):
                 got = _json_type(value)
                 raise CliError(f"{path}: expected an array of index arrays, got {got}")
