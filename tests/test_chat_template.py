@@ -844,6 +844,45 @@ def test_render_errors_match_kind(ref_tok: Any) -> None:
             ChatTemplate(source).render([chat_corpus.USER1])
 
 
+#: `<`, `<=`, `>` and `>=` as Python orders values: numbers (bools too) and strings, lists
+#: and tuples item by item; every other pair of types, an undefined operand, or an item pair
+#: of such types is an error (Jinja2 raises TypeError / UndefinedError)
+ORDERING = [
+    "{{ 1 < 2 }}{{ 1 <= 1.0 }}{{ 2 > true }}{{ 1.5 >= 2 }}{{ nan < 1 }}{{ nan >= nan }}",
+    "{{ 'b' > 'a' }}{{ 'é' > 'z' }}{{ ('a'|safe) < 'b' }}{{ '(' < 'a' }}{{ ('<' > '>') }}",
+    "{{ [1, 'a'] < [1, 'b'] }}{{ [1] < [1, 2] }}{{ (1, 2) <= (1, 2) }}{{ [] > [] }}",
+    "{{ (messages | length) > 0 }}{{ 'x' if (1 < 2) else 'y' }}{{ ((1)) <= 1 }}",
+    "{{ 1 + 2 < 4 }}{{ (1 < 2) ~ '!' }}{{ not 1 < 2 }}{{ [3, 1] | max < 4 }}",
+    "{% for m in messages %}{% if loop.index0 >= 0 and m.role > 'a' %}y{% endif %}{% endfor %}",
+    "{{ 1 < 'a' }}",
+    "{{ 'a' >= 1 }}",
+    "{{ none < 1 }}",
+    "{{ {} < {} }}",
+    "{{ [1] < 'a' }}",
+    "{{ (1, 2) < [1, 2] }}",
+    "{{ [1, 2] < [1, 'b'] }}",
+    "{{ nope > 1 }}",
+    "{{ 1 <= messages[0].nope }}",
+]
+
+
+@pytest.mark.parametrize("source", ORDERING)
+def test_ordering_comparisons_like_python(source: str, ref_tok: Any) -> None:
+    case = {"messages": [chat_corpus.USER1], "nan": float("nan")}
+    ref = _reference(ref_tok, source, case)
+    _assert_same(ref, chat_corpus.ours_outcome(source, case))
+    # the full engine alone (the fast path orders numbers and strings itself)
+    from promptweave._core import CompiledChatTemplate
+
+    full = CompiledChatTemplate(source, None, False)
+    variables = [("nan", float("nan")), *SPECIAL_ITEMS]
+    try:
+        ours: chat_corpus.Outcome = ("ok", full.render(case["messages"], variables, False))
+    except ChatTemplateRenderError as exc:
+        ours = ("render", str(exc))
+    _assert_same(ref, ours)
+
+
 HOSTILE = [
     "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     "{% for i in range(100000000) %}{% endfor %}",

@@ -316,6 +316,12 @@ const MARKUP_FILTERS: [&str; 4] = ["safe", "escape", "e", "forceescape"];
 const PY_MOD: &str = "__promptweave_mod";
 /// The function every `~` passes through in the full engine ([`operator_edits`]).
 const PY_CONCAT: &str = "__promptweave_concat";
+/// The functions every `<`, `<=`, `>` and `>=` pass through in the full engine
+/// ([`operator_edits`], [`py_compare`]).
+const PY_LT: &str = "__promptweave_lt";
+const PY_LE: &str = "__promptweave_le";
+const PY_GT: &str = "__promptweave_gt";
+const PY_GE: &str = "__promptweave_ge";
 
 /// The expressions and the bodies of a statement.
 type StmtParts<'a> = (Vec<&'a ast::Expr<'a>>, Vec<&'a [ast::Stmt<'a>]>);
@@ -424,13 +430,23 @@ fn operator_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
                 ast::BinOpKind::Add if !markup && (stringy(&b.left) || stringy(&b.right)) => {
                     return;
                 }
-                ast::BinOpKind::Add => ('+', PY_ADD),
-                ast::BinOpKind::Rem => ('%', PY_MOD),
-                ast::BinOpKind::Concat => ('~', PY_CONCAT),
+                ast::BinOpKind::Add => ("+", PY_ADD),
+                ast::BinOpKind::Rem => ("%", PY_MOD),
+                ast::BinOpKind::Concat => ("~", PY_CONCAT),
+                ast::BinOpKind::Lt => ("<", PY_LT),
+                ast::BinOpKind::Lte => ("<=", PY_LE),
+                ast::BinOpKind::Gt => (">", PY_GT),
+                ast::BinOpKind::Gte => (">=", PY_GE),
                 _ => return,
             };
-            match call_edits(source, e, b, symbol, function) {
+            let compare = matches!(
+                b.op,
+                ast::BinOpKind::Lt | ast::BinOpKind::Lte | ast::BinOpKind::Gt | ast::BinOpKind::Gte
+            );
+            match call_edits(source, e, b, symbol, function, compare) {
                 Some(new) => edits.extend(new),
+                // a comparison not located is left to minijinja's order
+                None if compare => {}
                 None => ok = false,
             }
         }
@@ -457,24 +473,35 @@ fn stringy(e: &ast::Expr<'_>) -> bool {
 }
 
 /// The edits that make `left <symbol> right` (the expression `e`) `function(left, right)`.
+/// A comparison's span starts at the token before it (minijinja), so its start is found from
+/// its left operand (`compare`).
 fn call_edits(
     source: &str,
     e: &ast::Expr<'_>,
     b: &ast::BinOp<'_>,
-    symbol: char,
+    symbol: &str,
     function: &str,
+    compare: bool,
 ) -> Option<[Edit; 3]> {
     let span = e.span();
-    let start = usize::try_from(span.start_offset).ok()?;
     let end = usize::try_from(span.end_offset).ok()?;
     let left_end = usize::try_from(extent(&b.left).1).ok()?;
-    // the operator: past the left operand's closing brackets and spaces
+    // the operator: past the left operand's closing brackets and spaces (`<` is not the start
+    // of `<=`, nor `>` of `>=`)
     let op = source.get(left_end..end).and_then(|gap| {
         gap.char_indices()
             .find(|&(_, c)| !(c.is_whitespace() || c == ')' || c == ']'))
-            .filter(|&(_, c)| c == symbol)
             .map(|(i, _)| left_end + i)
+            .filter(|&at| {
+                let rest = source.get(at..).unwrap_or_default();
+                rest.starts_with(symbol) && !rest[symbol.len()..].starts_with('=')
+            })
     })?;
+    let start = if compare {
+        compare_start(source, b, op)?
+    } else {
+        usize::try_from(span.start_offset).ok()?
+    };
     if !(start < op && op < end) {
         return None;
     }
@@ -487,9 +514,25 @@ fn call_edits(
             phase: 2,
             order: 0,
             text: ",".to_owned(),
-            cut: 1,
+            cut: symbol.len(),
         },
     ])
+}
+
+/// Where the text of the comparison `b` (its operator at `op`) starts: at its left operand,
+/// with the opening brackets that the closing ones between that operand and the operator
+/// need (`(a) < b`).
+fn compare_start(source: &str, b: &ast::BinOp<'_>, op: usize) -> Option<usize> {
+    let mut start = usize::try_from(extent(&b.left).0).ok()?;
+    while !balanced(source.get(start..op)?) {
+        // one step back, over white space or an opening bracket
+        let prev = source.get(..start)?.chars().next_back()?;
+        if !(prev.is_whitespace() || prev == '(') {
+            return None;
+        }
+        start -= prev.len_utf8();
+    }
+    Some(start)
 }
 
 /// `source` with its operators rewritten ([`operator_edits`]); as it is otherwise.
@@ -557,6 +600,60 @@ fn py_add(a: &Value, b: &Value) -> Result<Value, Error> {
         return Ok(Value::from(items));
     }
     plain_add(a, b)
+}
+
+/// Jinja2's `a <op> b` for `<`, `<=`, `>` and `>=`: Python's order. Numbers (bools among
+/// them) compare by value, strings by code points, two lists or two tuples item by item (the
+/// first pair of items that differ decides); a NaN is in no order (every comparison is false).
+/// Python refuses every other pair of types (`TypeError`), and Jinja2's undefined refuses to
+/// be compared; minijinja orders any two values.
+fn py_compare(a: &Value, b: &Value, op: &str) -> Result<Value, Error> {
+    let holds = py_order(a, b, op)?.is_some_and(|order| match op {
+        "<" => order.is_lt(),
+        "<=" => order.is_le(),
+        ">" => order.is_gt(),
+        _ => order.is_ge(),
+    });
+    Ok(Value::from(holds))
+}
+
+/// Python's order of `a` and `b` (`None`: unordered, a NaN), or its error for `op`.
+fn py_order(a: &Value, b: &Value, op: &str) -> Result<Option<std::cmp::Ordering>, Error> {
+    let number = |v: &Value| match v.kind() {
+        ValueKind::Bool => Some(Value::from(i64::from(v.is_true()))),
+        ValueKind::Number => Some(v.clone()),
+        _ => None,
+    };
+    let nan = |v: &Value| f64::try_from(v.clone()).is_ok_and(f64::is_nan);
+    let seq = |v: &Value| v.kind() == ValueKind::Seq && Iter::type_name_of(v).is_none();
+    if let (Some(x), Some(y)) = (number(a), number(b)) {
+        return Ok((!nan(&x) && !nan(&y)).then(|| x.cmp(&y)));
+    }
+    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
+        // UTF-8 byte order is code point order
+        return Ok(Some(x.cmp(y)));
+    }
+    if seq(a) && seq(b) && a.is_tuple() == b.is_tuple() {
+        let (xs, ys): (Vec<Value>, Vec<Value>) = (a.try_iter()?.collect(), b.try_iter()?.collect());
+        return match xs.iter().zip(&ys).find(|(x, y)| x != y) {
+            Some((x, y)) => py_order(x, y, op),
+            None => Ok(Some(xs.len().cmp(&ys.len()))),
+        };
+    }
+    if a.is_undefined() || b.is_undefined() {
+        return Err(Error::new(
+            ErrorKind::UndefinedError,
+            format!("an undefined value cannot be compared with '{op}'"),
+        ));
+    }
+    Err(Error::new(
+        ErrorKind::InvalidOperation,
+        format!(
+            "'{op}' not supported between instances of '{}' and '{}'",
+            py_type_name(a),
+            py_type_name(b)
+        ),
+    ))
 }
 
 /// minijinja's own `+`, through a compiled expression.
@@ -1110,6 +1207,10 @@ impl ChatTemplate {
             Ok(v)
         });
         env.add_function(PY_ADD, |a: Value, b: Value| py_add(&a, &b));
+        env.add_function(PY_LT, |a: Value, b: Value| py_compare(&a, &b, "<"));
+        env.add_function(PY_LE, |a: Value, b: Value| py_compare(&a, &b, "<="));
+        env.add_function(PY_GT, |a: Value, b: Value| py_compare(&a, &b, ">"));
+        env.add_function(PY_GE, |a: Value, b: Value| py_compare(&a, &b, ">="));
         // markupsafe's entities (`&#39;`, `&#34;`), not minijinja's (`&#x27;`, `&quot;`)
         env.add_filter("forceescape", |v: Value| {
             Value::from_safe_string(html_escape(&py_str(&v)))
@@ -2837,6 +2938,12 @@ mod tests {
         assert_eq!(
             rewrite_operators(ops, &tree),
             "{{ __promptweave_concat(__promptweave_mod('x_%02d' , n) , (__promptweave_concat(a , 'b'))) }}{{ __promptweave_mod(n , 2) }}"
+        );
+        let cmp = "{{ a < b }}{{ (a) <= 1 }}{{ a>b }}{{ a >= '<' }}{{ '>' < a }}";
+        let tree = minijinja::machinery::parse(cmp, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        assert_eq!(
+            rewrite_operators(cmp, &tree),
+            "{{ __promptweave_lt(a , b) }}{{ __promptweave_le((a) , 1) }}{{ __promptweave_gt(a,b) }}{{ __promptweave_ge(a , '<') }}{{ __promptweave_lt('>' , a) }}"
         );
         let marked = "{{ (a|safe) + (b + c) }}";
         let tree = minijinja::machinery::parse(marked, TEMPLATE_NAME, syntax().unwrap()).unwrap();
