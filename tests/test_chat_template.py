@@ -846,8 +846,8 @@ def test_render_errors_match_kind(ref_tok: Any) -> None:
 
 #: `<`, `<=`, `>` and `>=` as Python orders values: numbers (bools too) and strings, lists
 #: and tuples item by item; every other pair of types, an undefined operand, or an item pair
-#: of such types is an error (Jinja2 raises TypeError / UndefinedError)
-ORDERING = [
+#: of such types is an error (Jinja2 raises TypeError / UndefinedError); `in` as Python's
+COMPARISONS = [
     "{{ 1 < 2 }}{{ 1 <= 1.0 }}{{ 2 > true }}{{ 1.5 >= 2 }}{{ nan < 1 }}{{ nan >= nan }}",
     "{{ 'b' > 'a' }}{{ 'é' > 'z' }}{{ ('a'|safe) < 'b' }}{{ '(' < 'a' }}{{ ('<' > '>') }}",
     "{{ [1, 'a'] < [1, 'b'] }}{{ [1] < [1, 2] }}{{ (1, 2) <= (1, 2) }}{{ [] > [] }}",
@@ -863,11 +863,21 @@ ORDERING = [
     "{{ [1, 2] < [1, 'b'] }}",
     "{{ nope > 1 }}",
     "{{ 1 <= messages[0].nope }}",
+    # `in` / `not in`: a string holds strings only, a dict is looked up with hashable values only
+    "{{ 'a' in 'cat' }}{{ 'a' not in 'cat' }}{{ ('a'|safe) in 'cat' }}{{ 'in' in 'index' }}",
+    "{{ 'x' in messages[0] }}{{ 'role' in messages[0] }}{{ (1, 2) in {(1, 2): 3} }}"
+    "{{ messages | length in [1, 2] }}{{ 1 in nope }}{{ not 'a' in 'abc' }}{{ {} in [{}] }}",
+    "{% for m in messages %}{% if 'tool_calls' in m %}t{% endif %}"
+    "{% if m.role not  in ['user', 'assistant'] %}s{% endif %}{% endfor %}",
+    "{{ 1 in 'abc' }}",
+    "{{ none not in 'abc' }}",
+    "{{ [1] in {'a': 1} }}",
+    "{{ ([1], 2) in {} }}",
 ]
 
 
-@pytest.mark.parametrize("source", ORDERING)
-def test_ordering_comparisons_like_python(source: str, ref_tok: Any) -> None:
+@pytest.mark.parametrize("source", COMPARISONS)
+def test_comparisons_like_python(source: str, ref_tok: Any) -> None:
     case = {"messages": [chat_corpus.USER1], "nan": float("nan")}
     ref = _reference(ref_tok, source, case)
     _assert_same(ref, chat_corpus.ours_outcome(source, case))

@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use minijinja::machinery::ast;
-use minijinja::value::{ArgType, Kwargs, Rest, StringInput};
+use minijinja::value::{ArgType, Kwargs, ObjectRepr, Rest, StringInput};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior};
 
 use crate::chat_fast::FastTemplate;
@@ -322,6 +322,9 @@ const PY_LT: &str = "__promptweave_lt";
 const PY_LE: &str = "__promptweave_le";
 const PY_GT: &str = "__promptweave_gt";
 const PY_GE: &str = "__promptweave_ge";
+/// The function every `in` (and `not in`) passes through in the full engine
+/// ([`operator_edits`], [`py_in`]).
+const PY_IN: &str = "__promptweave_in";
 
 /// The expressions and the bodies of a statement.
 type StmtParts<'a> = (Vec<&'a ast::Expr<'a>>, Vec<&'a [ast::Stmt<'a>]>);
@@ -437,11 +440,16 @@ fn operator_edits(source: &str, tree: &ast::Stmt<'_>) -> Option<Vec<Edit>> {
                 ast::BinOpKind::Lte => ("<=", PY_LE),
                 ast::BinOpKind::Gt => (">", PY_GT),
                 ast::BinOpKind::Gte => (">=", PY_GE),
+                ast::BinOpKind::In => ("in", PY_IN),
                 _ => return,
             };
             let compare = matches!(
                 b.op,
-                ast::BinOpKind::Lt | ast::BinOpKind::Lte | ast::BinOpKind::Gt | ast::BinOpKind::Gte
+                ast::BinOpKind::Lt
+                    | ast::BinOpKind::Lte
+                    | ast::BinOpKind::Gt
+                    | ast::BinOpKind::Gte
+                    | ast::BinOpKind::In
             );
             match call_edits(source, e, b, symbol, function, compare) {
                 Some(new) => edits.extend(new),
@@ -486,26 +494,27 @@ fn call_edits(
     let span = e.span();
     let end = usize::try_from(span.end_offset).ok()?;
     let left_end = usize::try_from(extent(&b.left).1).ok()?;
-    // the operator: past the left operand's closing brackets and spaces (`<` is not the start
-    // of `<=`, nor `>` of `>=`)
+    // the operator: past the left operand's closing brackets and spaces
     let op = source.get(left_end..end).and_then(|gap| {
         gap.char_indices()
             .find(|&(_, c)| !(c.is_whitespace() || c == ')' || c == ']'))
             .map(|(i, _)| left_end + i)
-            .filter(|&at| {
-                let rest = source.get(at..).unwrap_or_default();
-                rest.starts_with(symbol) && !rest[symbol.len()..].starts_with('=')
-            })
     })?;
+    let (cut, negated) = operator_at(source.get(op..end)?, symbol)?;
     let start = if compare {
         compare_start(source, b, op)?
     } else {
         usize::try_from(span.start_offset).ok()?
     };
+    let function = if negated {
+        format!("not {function}")
+    } else {
+        function.to_owned()
+    };
     if !(start < op && op < end) {
         return None;
     }
-    let [open, close] = wrap(start, end, function, false);
+    let [open, close] = wrap(start, end, &function, false);
     Some([
         open,
         close,
@@ -514,9 +523,30 @@ fn call_edits(
             phase: 2,
             order: 0,
             text: ",".to_owned(),
-            cut: symbol.len(),
+            cut,
         },
     ])
+}
+
+/// The length of the operator `symbol` at the start of `text`, and whether it is negated
+/// (`not in`, for `in`); `None` when `text` does not start with it (`<` is not the start of
+/// `<=`, `in` not of `index`).
+fn operator_at(text: &str, symbol: &str) -> Option<(usize, bool)> {
+    let word_end = |rest: &str| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_');
+    if symbol == "in" {
+        if let Some(rest) = text.strip_prefix("in") {
+            return word_end(rest).then_some((2, false));
+        }
+        let after_not = text.strip_prefix("not")?;
+        let gap = after_not.trim_start();
+        if gap.len() == after_not.len() {
+            return None; // `notin` is no operator
+        }
+        let rest = gap.strip_prefix("in").filter(|r| word_end(r))?;
+        return Some((text.len() - rest.len(), true));
+    }
+    let rest = text.strip_prefix(symbol)?;
+    (!rest.starts_with('=')).then_some((symbol.len(), false))
 }
 
 /// Where the text of the comparison `b` (its operator at `op`) starts: at its left operand,
@@ -654,6 +684,61 @@ fn py_order(a: &Value, b: &Value, op: &str) -> Result<Option<std::cmp::Ordering>
             py_type_name(b)
         ),
     ))
+}
+
+/// Jinja2's `needle in hay`: in a string, only a string is looked for (Python's `TypeError`
+/// otherwise); in a dict, only a hashable value (`TypeError` for a list or a dict). Anything
+/// else is minijinja's `in`.
+fn py_in(needle: &Value, hay: &Value) -> Result<Value, Error> {
+    if let Some(h) = hay.as_str() {
+        return match needle.as_str() {
+            Some(n) => Ok(Value::from(h.contains(n))),
+            None => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "'in <string>' requires string as left operand, not {}",
+                    py_type_name(needle)
+                ),
+            )),
+        };
+    }
+    if hay.kind() == ValueKind::Map && !hashable(needle) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("unhashable type: '{}'", py_type_name(needle)),
+        ));
+    }
+    // the usual containers directly (minijinja's `in` through an expression costs a context)
+    if let Some(obj) = hay.as_object() {
+        match obj.repr() {
+            ObjectRepr::Map => return Ok(Value::from(obj.get_value(needle).is_some())),
+            ObjectRepr::Seq if Iter::type_name_of(hay).is_none() => {
+                return Ok(Value::from(hay.try_iter()?.any(|item| item == *needle)));
+            }
+            _ => {}
+        }
+    }
+    plain_in(needle, hay)
+}
+
+/// minijinja's own `in`, through a compiled expression.
+fn plain_in(needle: &Value, hay: &Value) -> Result<Value, Error> {
+    static EXPR: std::sync::OnceLock<minijinja::Expression<'static, 'static>> =
+        std::sync::OnceLock::new();
+    plain_op(&EXPR, "a in b", needle, hay)
+}
+
+/// Whether Python can hash `v`: not a list or a dict, nor a tuple holding one.
+fn hashable(v: &Value) -> bool {
+    match v.kind() {
+        ValueKind::Map => false,
+        ValueKind::Seq if Iter::type_name_of(v).is_none() => {
+            v.is_tuple()
+                && v.try_iter()
+                    .is_ok_and(|mut items| items.all(|x| hashable(&x)))
+        }
+        _ => true,
+    }
 }
 
 /// minijinja's own `+`, through a compiled expression.
@@ -1211,6 +1296,7 @@ impl ChatTemplate {
         env.add_function(PY_LE, |a: Value, b: Value| py_compare(&a, &b, "<="));
         env.add_function(PY_GT, |a: Value, b: Value| py_compare(&a, &b, ">"));
         env.add_function(PY_GE, |a: Value, b: Value| py_compare(&a, &b, ">="));
+        env.add_function(PY_IN, |a: Value, b: Value| py_in(&a, &b));
         // markupsafe's entities (`&#39;`, `&#34;`), not minijinja's (`&#x27;`, `&quot;`)
         env.add_filter("forceescape", |v: Value| {
             Value::from_safe_string(html_escape(&py_str(&v)))
@@ -2944,6 +3030,12 @@ mod tests {
         assert_eq!(
             rewrite_operators(cmp, &tree),
             "{{ __promptweave_lt(a , b) }}{{ __promptweave_le((a) , 1) }}{{ __promptweave_gt(a,b) }}{{ __promptweave_ge(a , '<') }}{{ __promptweave_lt('>' , a) }}"
+        );
+        let contains = "{{ a in b }}{{ a not  in (b) }}{{ 'in' in index }}";
+        let tree = minijinja::machinery::parse(contains, TEMPLATE_NAME, syntax().unwrap()).unwrap();
+        assert_eq!(
+            rewrite_operators(contains, &tree),
+            "{{ __promptweave_in(a , b) }}{{ not __promptweave_in(a , (b)) }}{{ __promptweave_in('in' , index) }}"
         );
         let marked = "{{ (a|safe) + (b + c) }}";
         let tree = minijinja::machinery::parse(marked, TEMPLATE_NAME, syntax().unwrap()).unwrap();
