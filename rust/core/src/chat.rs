@@ -665,10 +665,14 @@ fn py_order(a: &Value, b: &Value, op: &str) -> Result<Option<std::cmp::Ordering>
     }
     if seq(a) && seq(b) && a.is_tuple() == b.is_tuple() {
         let (xs, ys): (Vec<Value>, Vec<Value>) = (a.try_iter()?.collect(), b.try_iter()?.collect());
-        return match xs.iter().zip(&ys).find(|(x, y)| x != y) {
-            Some((x, y)) => py_order(x, y, op),
-            None => Ok(Some(xs.len().cmp(&ys.len()))),
-        };
+        // (items minijinja calls different may be equal in Python: `1` and `true`)
+        for (x, y) in xs.iter().zip(&ys).filter(|(x, y)| x != y) {
+            match py_order(x, y, op)? {
+                Some(std::cmp::Ordering::Equal) => {}
+                order => return Ok(order),
+            }
+        }
+        return Ok(Some(xs.len().cmp(&ys.len())));
     }
     if a.is_undefined() || b.is_undefined() {
         return Err(Error::new(
